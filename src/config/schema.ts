@@ -1,0 +1,189 @@
+/**
+ * The one source of truth for every option and its default (interfaces §2).
+ * Every object is strict: an unknown key is an error, never silently ignored.
+ */
+import { z } from "zod";
+
+const ChannelName = z.enum(["webchat", "telegram", "discord", "whatsapp"]);
+const ChatTypeName = z.enum(["direct", "group", "channel"]);
+
+const SendPolicyRule = z.strictObject({
+  action: z.enum(["allow", "deny"]),
+  match: z
+    .strictObject({
+      channel: z.string().min(1).optional(),
+      chatType: ChatTypeName.optional(),
+      keyPrefix: z.string().min(1).optional(),
+    })
+    .default({}),
+});
+
+const ModelCost = z.strictObject({
+  input: z.number().nonnegative().default(0),
+  output: z.number().nonnegative().default(0),
+});
+
+const Provider = z.strictObject({
+  api: z.literal("openai-chat").default("openai-chat"),
+  baseUrl: z.string().min(1),
+  apiKey: z.string().optional(),
+  models: z.array(z.strictObject({ id: z.string().min(1), cost: ModelCost.optional(), contextWindow: z.number().int().positive().optional() })).default([]),
+  timeoutMs: z.number().int().positive().default(120_000),
+});
+
+const Sandbox = z.strictObject({
+  mode: z.enum(["off", "non-main", "all"]).default("off"),
+  sessionToolsVisibility: z.enum(["spawned", "all"]).default("spawned"),
+});
+
+const SubagentDefaults = z.strictObject({
+  archiveAfterMinutes: z.number().min(0).default(60),
+  maxConcurrent: z.number().int().min(1).default(8),
+  model: z.string().optional(),
+});
+
+const Agent = z.strictObject({
+  id: z.string().min(1).regex(/^[a-z0-9][a-z0-9_-]{0,63}$/i, "agent id: letters, digits, '_' or '-', at most 64"),
+  default: z.boolean().optional(),
+  name: z.string().optional(),
+  systemPrompt: z.string().optional(),
+  model: z.string().optional(),
+  subagents: z.strictObject({ allowAgents: z.array(z.string()).default([]), model: z.string().optional() }).default({ allowAgents: [] }),
+});
+
+const ToolFilter = z.strictObject({ allow: z.array(z.string()).default([]), deny: z.array(z.string()).default([]) });
+
+const Owners = z.array(z.string().regex(/^(telegram|discord|whatsapp|webchat):.+$/, "owner entries look like <channel>:<platform user id>"));
+
+const ChannelCommon = {
+  requireMention: z.boolean().default(true),
+  owners: Owners.default([]),
+  rateLimit: z
+    .strictObject({ perChatPerSecond: z.number().positive().optional(), perChatPerMinute: z.number().positive().optional(), globalPerSecond: z.number().positive().optional() })
+    .default({}),
+};
+
+const Telegram = z.strictObject({
+  enabled: z.boolean().default(false),
+  botToken: z.string().default(""),
+  apiRoot: z.string().default("https://api.telegram.org"),
+  textChunkLimit: z.number().int().min(100).max(4096).default(4000),
+  accountId: z.string().default("default"),
+  pollTimeoutSeconds: z.number().int().min(0).max(50).default(30),
+  groups: z.record(z.string(), z.strictObject({ requireMention: z.boolean().optional() })).default({}),
+  ...ChannelCommon,
+});
+
+const Discord = z.strictObject({
+  enabled: z.boolean().default(false),
+  token: z.string().default(""),
+  apiBase: z.string().default("https://discord.com/api"),
+  applicationId: z.string().optional(),
+  textChunkLimit: z.number().int().min(100).max(2000).default(2000),
+  accountId: z.string().default("default"),
+  registerCommands: z.boolean().default(true),
+  ...ChannelCommon,
+});
+
+const WhatsApp = z.strictObject({
+  enabled: z.boolean().default(false),
+  authDir: z.string().default("./data/whatsapp"),
+  textChunkLimit: z.number().int().min(100).max(65_000).default(4000),
+  accountId: z.string().default("default"),
+  ...ChannelCommon,
+});
+
+export const ConfigSchema = z.strictObject({
+  stateDir: z.string().default("./data"),
+  store: z.strictObject({ url: z.string().min(1).optional() }).default({}),
+  log: z.strictObject({ level: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info") }).default({ level: "info" }),
+  gateway: z
+    .strictObject({
+      bind: z.string().default("127.0.0.1"),
+      port: z.number().int().min(0).max(65535).default(18789),
+      auth: z.strictObject({ token: z.string().optional() }).default({}),
+      maxPayload: z.number().int().positive().default(8 * 1024 * 1024),
+      tickIntervalMs: z.number().int().positive().default(30_000),
+    })
+    .default({ bind: "127.0.0.1", port: 18789, auth: {}, maxPayload: 8 * 1024 * 1024, tickIntervalMs: 30_000 }),
+  models: z.strictObject({ providers: z.record(z.string(), Provider).default({}) }).default({ providers: {} }),
+  agents: z
+    .strictObject({
+      defaults: z
+        .strictObject({
+          model: z.string().optional(),
+          maxConcurrent: z.number().int().min(1).default(4),
+          runTimeoutSeconds: z.number().min(0).default(600),
+          maxToolRounds: z.number().int().min(1).max(100).default(12),
+          subagents: SubagentDefaults.default({ archiveAfterMinutes: 60, maxConcurrent: 8 }),
+          sandbox: Sandbox.default({ mode: "off", sessionToolsVisibility: "spawned" }),
+        })
+        .default({ maxConcurrent: 4, runTimeoutSeconds: 600, maxToolRounds: 12, subagents: { archiveAfterMinutes: 60, maxConcurrent: 8 }, sandbox: { mode: "off", sessionToolsVisibility: "spawned" } }),
+      list: z.array(Agent).min(1).default([{ id: "main", default: true, name: "Main", subagents: { allowAgents: [] } }]),
+    })
+    .default({
+      defaults: { maxConcurrent: 4, runTimeoutSeconds: 600, maxToolRounds: 12, subagents: { archiveAfterMinutes: 60, maxConcurrent: 8 }, sandbox: { mode: "off", sessionToolsVisibility: "spawned" } },
+      list: [{ id: "main", default: true, name: "Main", subagents: { allowAgents: [] } }],
+    }),
+  tools: z
+    .strictObject({
+      subagents: z.strictObject({ tools: ToolFilter.default({ allow: [], deny: [] }) }).default({ tools: { allow: [], deny: [] } }),
+      agentToAgent: z.strictObject({ enabled: z.boolean().default(false), allow: z.array(z.string()).default([]) }).default({ enabled: false, allow: [] }),
+    })
+    .default({ subagents: { tools: { allow: [], deny: [] } }, agentToAgent: { enabled: false, allow: [] } }),
+  session: z
+    .strictObject({
+      scope: z.enum(["per-sender", "global"]).default("per-sender"),
+      dmScope: z.enum(["main", "per-peer", "per-channel-peer", "per-account-channel-peer"]).default("main"),
+      sendPolicy: z.strictObject({ rules: z.array(SendPolicyRule).default([]), default: z.enum(["allow", "deny"]).default("allow") }).default({ rules: [], default: "allow" }),
+      agentToAgent: z.strictObject({ maxPingPongTurns: z.number().int().min(0).max(5).default(5) }).default({ maxPingPongTurns: 5 }),
+    })
+    .default({ scope: "per-sender", dmScope: "main", sendPolicy: { rules: [], default: "allow" }, agentToAgent: { maxPingPongTurns: 5 } }),
+  commands: z.strictObject({ owners: Owners.default([]) }).default({ owners: [] }),
+  channels: z
+    .strictObject({
+      webchat: z.strictObject({ enabled: z.boolean().default(true) }).default({ enabled: true }),
+      telegram: Telegram.optional(),
+      discord: Discord.optional(),
+      whatsapp: WhatsApp.optional(),
+    })
+    .default({ webchat: { enabled: true } }),
+  cron: z
+    .strictObject({
+      jobs: z
+        .array(
+          z.strictObject({
+            id: z.string().min(1).regex(/^[A-Za-z0-9_.-]+$/, "cron job id: letters, digits, '_', '.', '-'"),
+            schedule: z.string().min(1),
+            agentId: z.string().optional(),
+            message: z.string().min(1),
+            timezone: z.string().optional(),
+            enabled: z.boolean().default(true),
+          }),
+        )
+        .default([]),
+    })
+    .default({ jobs: [] }),
+  hooks: z.strictObject({ enabled: z.boolean().default(false), token: z.string().optional() }).default({ enabled: false }),
+  bindings: z
+    .array(
+      z.strictObject({
+        agentId: z.string().min(1),
+        match: z.strictObject({
+          channel: ChannelName,
+          accountId: z.string().optional(),
+          peer: z.strictObject({ kind: ChatTypeName, id: z.string().min(1) }).optional(),
+        }),
+      }),
+    )
+    .default([]),
+});
+
+export type Config = z.infer<typeof ConfigSchema>;
+export type ConfigInput = z.input<typeof ConfigSchema>;
+export type ChannelName = z.infer<typeof ChannelName>;
+export type AgentConfig = Config["agents"]["list"][number];
+export type TelegramConfig = z.infer<typeof Telegram>;
+export type DiscordConfig = z.infer<typeof Discord>;
+export type WhatsAppConfig = z.infer<typeof WhatsApp>;
+export type SendPolicyConfig = Config["session"]["sendPolicy"];
