@@ -1,0 +1,74 @@
+/**
+ * Builds the model's view of a session from its transcript: the system prompt, then the recent
+ * messages in Chat Completions form. Inter-session user turns get an in-memory provenance prefix
+ * so the model can tell routed agent instructions from its user (R20); the transcript keeps them raw.
+ */
+import type { ChatMessage } from "./models/provider.js";
+import type { TranscriptMessage } from "../sessions/transcript.js";
+
+export interface ContextInput {
+  agentName: string;
+  systemPrompt?: string;
+  extraSystemPrompt?: string;
+  sessionKey: string;
+  history: TranscriptMessage[];
+}
+
+export function buildModelMessages(input: ContextInput): ChatMessage[] {
+  const system = [
+    input.systemPrompt ??
+      `You are ${input.agentName}, an AI agent reachable through chat platforms (Discord, Telegram, WhatsApp, web chat) via Switchboard. Reply concisely.`,
+    `Current session: ${input.sessionKey}.`,
+    input.extraSystemPrompt,
+  ]
+    .filter(Boolean)
+    .join("\n\n");
+  const out: ChatMessage[] = [{ role: "system", content: system }];
+  const pendingCalls = new Set<string>();
+  for (const m of input.history) {
+    if (m.role === "user") {
+      out.push({ role: "user", content: userContent(m) });
+    } else if (m.role === "assistant") {
+      const text = m.content.filter((b) => b.type === "text").map((b) => (b as { text: string }).text).join("");
+      const calls = m.content.flatMap((b) => (b.type === "toolCall" ? [b] : []));
+      for (const c of calls) pendingCalls.add(c.id);
+      out.push({
+        role: "assistant",
+        content: text || null,
+        ...(calls.length ? { tool_calls: calls.map((c) => ({ id: c.id, type: "function" as const, function: { name: c.name, arguments: JSON.stringify(c.arguments ?? {}) } })) } : {}),
+      });
+    } else if (m.role === "toolResult") {
+      // A result whose call fell outside the window would be rejected by the provider.
+      if (!pendingCalls.has(m.toolCallId)) continue;
+      out.push({ role: "tool", tool_call_id: m.toolCallId, content: m.content.map((b) => b.text).join("") });
+    }
+  }
+  return dropDanglingToolCalls(out);
+}
+
+function userContent(m: Extract<TranscriptMessage, { role: "user" }>): string {
+  const p = m.provenance;
+  if (p?.kind !== "inter_session") return m.content;
+  const prefix = [
+    "[Inter-session message]",
+    p.sourceSessionKey ? `sourceSession=${p.sourceSessionKey}` : "",
+    p.sourceChannel ? `sourceChannel=${p.sourceChannel}` : "",
+    p.sourceTool ? `sourceTool=${p.sourceTool}` : "",
+  ]
+    .filter(Boolean)
+    .join(" ");
+  return m.content.startsWith("[Inter-session message]") ? m.content : `${prefix}\n${m.content}`;
+}
+
+/** Assistant tool calls without every result (a run cut short) are turned into plain text. */
+function dropDanglingToolCalls(messages: ChatMessage[]): ChatMessage[] {
+  const answered = new Set(messages.filter((m) => m.role === "tool").map((m) => m.tool_call_id));
+  const cleaned = messages.map((m): ChatMessage => {
+    if (m.role !== "assistant" || !m.tool_calls?.length) return m;
+    if (m.tool_calls.every((c) => answered.has(c.id))) return m;
+    const kept = m.tool_calls.filter((c) => answered.has(c.id));
+    return kept.length ? { ...m, tool_calls: kept } : { role: "assistant", content: m.content ?? "" };
+  });
+  const asked = new Set(cleaned.flatMap((m) => (m.role === "assistant" ? (m.tool_calls ?? []).map((c) => c.id) : [])));
+  return cleaned.filter((m) => m.role !== "tool" || asked.has(m.tool_call_id ?? ""));
+}

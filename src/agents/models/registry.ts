@@ -1,0 +1,67 @@
+/**
+ * Resolves "provider/model" references against `models.providers` (and the environment
+ * variables OPENAI_BASE_URL / OPENAI_API_KEY / SWITCHBOARD_MODEL when no provider is configured).
+ */
+import type { Config } from "../../config/schema.js";
+import { createOpenAiChatProvider } from "./openai-chat.js";
+import type { ModelProvider } from "./provider.js";
+
+export interface ResolvedModel {
+  ref: string;
+  provider: ModelProvider;
+  model: string;
+  cost?: { input: number; output: number };
+}
+
+export const NO_MODEL_MESSAGE =
+  "No model configured — see README (\"Connect a model\"): set OPENAI_BASE_URL and SWITCHBOARD_MODEL, or models.providers and agents.defaults.model in the config.";
+
+export class ModelRegistry {
+  private readonly providers = new Map<string, ModelProvider>();
+
+  constructor(
+    private readonly config: Config,
+    private readonly env: NodeJS.ProcessEnv = process.env,
+    providerOverride?: (id: string) => ModelProvider | undefined,
+  ) {
+    for (const [id, p] of Object.entries(config.models.providers)) {
+      this.providers.set(id, providerOverride?.(id) ?? createOpenAiChatProvider({ id, baseUrl: p.baseUrl, apiKey: p.apiKey, timeoutMs: p.timeoutMs }));
+    }
+    if (this.providers.size === 0 && env.OPENAI_BASE_URL) {
+      this.providers.set("env", createOpenAiChatProvider({ id: "env", baseUrl: env.OPENAI_BASE_URL, apiKey: env.OPENAI_API_KEY, timeoutMs: 120_000 }));
+    }
+  }
+
+  /** The model an agent uses by default: agent → defaults → env → the only configured model. */
+  defaultRef(agentId: string): string | undefined {
+    const agent = this.config.agents.list.find((a) => a.id === agentId);
+    if (agent?.model) return agent.model;
+    if (this.config.agents.defaults.model) return this.config.agents.defaults.model;
+    if (this.env.SWITCHBOARD_MODEL) return this.env.SWITCHBOARD_MODEL.includes("/") || !this.providers.has("env") ? this.env.SWITCHBOARD_MODEL : `env/${this.env.SWITCHBOARD_MODEL}`;
+    const [firstId, first] = Object.entries(this.config.models.providers)[0] ?? [];
+    if (firstId && first?.models[0]) return `${firstId}/${first.models[0].id}`;
+    return undefined;
+  }
+
+  /** Throws a message naming the problem for an unknown provider or model. */
+  resolve(ref: string): ResolvedModel {
+    const slash = ref.indexOf("/");
+    const providerId = slash > 0 ? ref.slice(0, slash) : this.providers.size === 1 ? [...this.providers.keys()][0] : "";
+    const model = slash > 0 ? ref.slice(slash + 1) : ref;
+    const provider = this.providers.get(providerId);
+    if (!provider || !model) {
+      const known = [...this.providers.keys()].join(", ") || "none";
+      throw new Error(`invalid model "${ref}": use "<provider>/<model>" with a configured provider (configured: ${known})`);
+    }
+    const declared = this.config.models.providers[providerId]?.models;
+    if (declared?.length && !declared.some((m) => m.id === model)) {
+      throw new Error(`invalid model "${ref}": provider "${providerId}" lists ${declared.map((m) => m.id).join(", ")}`);
+    }
+    const cost = declared?.find((m) => m.id === model)?.cost;
+    return { ref: `${providerId}/${model}`, provider, model, ...(cost ? { cost } : {}) };
+  }
+
+  get configured(): boolean {
+    return this.providers.size > 0;
+  }
+}

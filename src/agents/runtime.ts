@@ -1,0 +1,369 @@
+/**
+ * Agent runs: one lane per session key (runs of a session never overlap), bounded pools per
+ * lane kind (different sessions run concurrently), runIds, lifecycle events, timeouts, abort,
+ * and a completion registry so `agent.wait` answers after the run ended (R18).
+ */
+import { EventEmitter } from "node:events";
+import { randomUUID } from "node:crypto";
+import PQueue from "p-queue";
+import type pino from "pino";
+import type { Config } from "../config/schema.js";
+import type { DeliveryContext } from "../sessions/entry.js";
+import type { SessionStore } from "../sessions/session-store.js";
+import type { InputProvenance, TranscriptMessage, TranscriptStore } from "../sessions/transcript.js";
+import type { AgentTool, ToolSource } from "../tools/types.js";
+import { buildModelMessages } from "./context.js";
+import { NO_MODEL_MESSAGE, type ModelRegistry } from "./models/registry.js";
+import type { ChatMessage, ToolDefinition } from "./models/provider.js";
+
+export type Lane = "main" | "nested" | "subagent";
+
+export interface RunRequest {
+  sessionKey: string;
+  agentId: string;
+  message: string;
+  runId?: string;
+  lane?: Lane;
+  provenance?: InputProvenance;
+  sender?: { id: string; name?: string; channel?: string };
+  extraSystemPrompt?: string;
+  /** Abort the run after this long (ms); default agents.defaults.runTimeoutSeconds. 0 = none. */
+  timeoutMs?: number;
+  /** Model reference overriding the session's and agent's. */
+  model?: string;
+  /** The inbound router already recorded the user message. */
+  userMessageRecorded?: boolean;
+  origin?: DeliveryContext;
+  /** Restricts the tool set (sub-agents). */
+  toolFilter?: (name: string) => boolean;
+}
+
+export interface RunUsage {
+  input: number;
+  output: number;
+}
+
+export type RunOutcome =
+  | { status: "ok"; reply: string; usage: RunUsage; model?: string }
+  | { status: "error"; error: string; usage: RunUsage }
+  | { status: "timeout"; error: string; usage: RunUsage };
+
+export interface RunInfo {
+  runId: string;
+  sessionKey: string;
+  agentId: string;
+  lane: Lane;
+  status: "queued" | "running" | RunOutcome["status"];
+  acceptedAt: number;
+  startedAt?: number;
+  endedAt?: number;
+  error?: string;
+  reply?: string;
+  usage?: RunUsage;
+  model?: string;
+}
+
+export type WaitResult = { runId: string; status: "ok" | "error" | "timeout"; startedAt?: number; endedAt?: number; error?: string };
+
+export type RunEvent =
+  | { phase: "queued" | "start"; runId: string; sessionKey: string }
+  | { phase: "end"; runId: string; sessionKey: string; outcome: RunOutcome };
+
+export interface RuntimeDeps {
+  config: Config;
+  sessions: SessionStore;
+  transcripts: TranscriptStore;
+  models: ModelRegistry;
+  tools: ToolSource;
+  log: pino.Logger;
+  /** How long finished runs stay answerable by agent.wait (ms). */
+  completionTtlMs?: number;
+  /** Upper bound on remembered completions, so a busy daemon's memory stays flat. */
+  maxCompletions?: number;
+}
+
+interface ActiveRun {
+  info: RunInfo;
+  controller: AbortController;
+  done: Promise<RunOutcome>;
+}
+
+export class AgentRuntime {
+  readonly events = new EventEmitter();
+  private readonly runs = new Map<string, ActiveRun>();
+  private readonly completed = new Map<string, RunInfo>();
+  private readonly sessionLanes = new Map<string, Promise<unknown>>();
+  private readonly pools: Record<Lane, PQueue>;
+  private readonly sweeper: NodeJS.Timeout;
+  private draining = false;
+
+  constructor(private readonly deps: RuntimeDeps) {
+    const d = deps.config.agents.defaults;
+    this.pools = {
+      main: new PQueue({ concurrency: d.maxConcurrent }),
+      nested: new PQueue({ concurrency: d.maxConcurrent }),
+      subagent: new PQueue({ concurrency: d.subagents.maxConcurrent }),
+    };
+    this.events.setMaxListeners(0);
+    this.sweeper = setInterval(() => this.sweep(), 60_000);
+    this.sweeper.unref();
+  }
+
+  /** Queue a run in its session's lane; resolves at once with the runId. */
+  start(req: RunRequest): { runId: string; info: RunInfo; done: Promise<RunOutcome> } {
+    if (this.draining) throw new Error("daemon is shutting down; run not accepted");
+    const runId = req.runId ?? randomUUID();
+    const existing = this.runs.get(runId);
+    if (existing) return { runId, info: existing.info, done: existing.done };
+    const info: RunInfo = { runId, sessionKey: req.sessionKey, agentId: req.agentId, lane: req.lane ?? "main", status: "queued", acceptedAt: Date.now() };
+    const controller = new AbortController();
+    const prev = this.sessionLanes.get(req.sessionKey) ?? Promise.resolve();
+    const done: Promise<RunOutcome> = prev
+      .catch(() => undefined)
+      .then(() => this.pools[info.lane].add(() => this.execute(info, req, controller)) as Promise<RunOutcome>);
+    this.sessionLanes.set(req.sessionKey, done);
+    void done.finally(() => {
+      if (this.sessionLanes.get(req.sessionKey) === done) this.sessionLanes.delete(req.sessionKey);
+    });
+    this.runs.set(runId, { info, controller, done });
+    this.emit({ phase: "queued", runId, sessionKey: req.sessionKey });
+    return { runId, info, done };
+  }
+
+  get(runId: string): RunInfo | undefined {
+    return this.runs.get(runId)?.info ?? this.completed.get(runId);
+  }
+
+  /** Server-side wait (R18): answers from the registry after the run ended. */
+  async wait(runId: string, timeoutMs: number): Promise<WaitResult> {
+    const known = this.get(runId);
+    if (known && isFinished(known)) return toWait(known);
+    if (timeoutMs <= 0) return { runId, status: "timeout" };
+    return new Promise((resolve) => {
+      const onEvent = (ev: RunEvent) => {
+        if (ev.phase !== "end" || ev.runId !== runId) return;
+        clearTimeout(timer);
+        this.events.off("run", onEvent);
+        resolve(toWait(this.get(runId) ?? { runId, status: ev.outcome.status } as RunInfo));
+      };
+      const timer = setTimeout(() => {
+        this.events.off("run", onEvent);
+        resolve({ runId, status: "timeout", ...(this.get(runId)?.startedAt ? { startedAt: this.get(runId)?.startedAt } : {}) });
+      }, timeoutMs);
+      this.events.on("run", onEvent);
+    });
+  }
+
+  /** Abort one run (running or queued). */
+  abort(runId: string, reason = "aborted"): boolean {
+    const run = this.runs.get(runId);
+    if (!run) return false;
+    run.controller.abort(new Error(reason));
+    return true;
+  }
+
+  /** Abort every run of a session; returns the aborted runIds. */
+  abortSession(sessionKey: string, reason = "aborted by /stop"): string[] {
+    const ids: string[] = [];
+    for (const [id, run] of this.runs) {
+      if (run.info.sessionKey === sessionKey) {
+        run.controller.abort(new Error(reason));
+        ids.push(id);
+      }
+    }
+    return ids;
+  }
+
+  activeRuns(): RunInfo[] {
+    return [...this.runs.values()].map((r) => r.info);
+  }
+
+  counts(): { running: number; queued: number } {
+    let running = 0;
+    let queued = 0;
+    for (const r of this.runs.values()) r.info.status === "running" ? running++ : queued++;
+    return { running, queued };
+  }
+
+  /** Stop accepting runs and wait (bounded) for the ones in flight. */
+  async drain(timeoutMs: number): Promise<void> {
+    this.draining = true;
+    clearInterval(this.sweeper);
+    const pending = [...this.runs.values()].map((r) => r.done.catch(() => undefined));
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(pending), new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
+    clearTimeout(timer);
+    for (const r of this.runs.values()) r.controller.abort(new Error("daemon shutting down"));
+  }
+
+  private emit(ev: RunEvent): void {
+    this.events.emit("run", ev);
+  }
+
+  private async execute(info: RunInfo, req: RunRequest, controller: AbortController): Promise<RunOutcome> {
+    const log = this.deps.log.child({ runId: info.runId, sessionKey: info.sessionKey });
+    info.status = "running";
+    info.startedAt = Date.now();
+    this.emit({ phase: "start", runId: info.runId, sessionKey: info.sessionKey });
+    const timeoutMs = req.timeoutMs ?? this.deps.config.agents.defaults.runTimeoutSeconds * 1000;
+    const timer = timeoutMs > 0 ? setTimeout(() => controller.abort(new RunTimeout(timeoutMs)), timeoutMs) : undefined;
+    const usage: RunUsage = { input: 0, output: 0 };
+    let outcome: RunOutcome;
+    try {
+      if (controller.signal.aborted) throw controller.signal.reason;
+      const result = await this.loop(info, req, controller.signal, usage, log);
+      outcome = { status: "ok", reply: result.reply, usage, model: result.model };
+    } catch (err) {
+      const reason = controller.signal.aborted ? controller.signal.reason : err;
+      if (reason instanceof RunTimeout) outcome = { status: "timeout", error: reason.message, usage };
+      else if (controller.signal.aborted) outcome = { status: "timeout", error: `run aborted: ${messageOf(reason)}`, usage };
+      else outcome = { status: "error", error: messageOf(err), usage };
+      if (outcome.status === "error") log.warn({ err: outcome.error }, "run failed");
+      await this.markAborted(info, controller.signal.aborted);
+    } finally {
+      clearTimeout(timer);
+    }
+    this.complete(info, outcome);
+    return outcome;
+  }
+
+  private async loop(info: RunInfo, req: RunRequest, signal: AbortSignal, usage: RunUsage, log: pino.Logger): Promise<{ reply: string; model?: string }> {
+    const { sessions, transcripts, models, config } = this.deps;
+    const entry = sessions.get(req.sessionKey) ?? (await sessions.upsert(req.sessionKey, req.agentId));
+    const ref = { path: sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+    if (!req.userMessageRecorded) {
+      await transcripts.appendMessage(ref, {
+        role: "user",
+        content: req.message,
+        timestamp: Date.now(),
+        ...(req.provenance ? { provenance: req.provenance } : {}),
+        ...(req.sender ? { sender: req.sender } : {}),
+      });
+    }
+    const modelRef = req.model ?? entry.model ?? models.defaultRef(req.agentId);
+    if (!modelRef || !models.configured) throw new Error(NO_MODEL_MESSAGE);
+    const resolved = models.resolve(modelRef);
+    info.model = resolved.ref;
+    const agent = config.agents.list.find((a) => a.id === req.agentId);
+    const tools = this.deps.tools({ sessionKey: req.sessionKey, agentId: req.agentId }).filter((t) => !req.toolFilter || req.toolFilter(t.name));
+    const toolDefs: ToolDefinition[] = tools.map((t) => ({ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } }));
+    const history = await transcripts.readMessages(ref.path, HISTORY_LIMIT);
+    const messages: ChatMessage[] = buildModelMessages({ agentName: agent?.name ?? req.agentId, systemPrompt: agent?.systemPrompt, extraSystemPrompt: req.extraSystemPrompt, sessionKey: req.sessionKey, history });
+    const maxRounds = config.agents.defaults.maxToolRounds;
+    for (let round = 0; round < maxRounds; round++) {
+      const res = await resolved.provider.complete({ model: resolved.model, messages, tools: toolDefs, signal });
+      usage.input += res.usage.input;
+      usage.output += res.usage.output;
+      await this.recordUsage(req.sessionKey, res.usage, resolved.ref);
+      const assistant: TranscriptMessage = {
+        role: "assistant",
+        content: [
+          ...(res.content ? [{ type: "text" as const, text: res.content }] : []),
+          ...res.toolCalls.map((c) => ({ type: "toolCall" as const, id: c.id, name: c.name, arguments: parseArgs(c.arguments) })),
+        ],
+        timestamp: Date.now(),
+        model: resolved.model,
+        provider: resolved.provider.id,
+        usage: { input: res.usage.input, output: res.usage.output, totalTokens: res.usage.input + res.usage.output },
+        stopReason: res.toolCalls.length ? "toolUse" : "stop",
+      };
+      await transcripts.appendMessage(ref, assistant);
+      if (!res.toolCalls.length) return { reply: res.content.trim(), model: resolved.ref };
+      messages.push({ role: "assistant", content: res.content || null, tool_calls: res.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) });
+      for (const call of res.toolCalls) {
+        if (signal.aborted) throw signal.reason;
+        const result = await runTool(tools, call, { sessionKey: req.sessionKey, agentId: req.agentId, runId: info.runId, origin: req.origin, signal }, log);
+        await transcripts.appendMessage(ref, { role: "toolResult", toolCallId: call.id, toolName: call.name, content: [{ type: "text", text: result.text }], isError: result.isError, timestamp: Date.now() });
+        messages.push({ role: "tool", tool_call_id: call.id, content: result.text });
+      }
+    }
+    throw new Error(`run stopped after ${maxRounds} tool rounds (agents.defaults.maxToolRounds)`);
+  }
+
+  private async recordUsage(sessionKey: string, u: RunUsage, model: string): Promise<void> {
+    const entry = this.deps.sessions.get(sessionKey);
+    if (!entry) return;
+    const input = (entry.inputTokens ?? 0) + u.input;
+    const output = (entry.outputTokens ?? 0) + u.output;
+    await this.deps.sessions.upsert(sessionKey, entry.agentId, { inputTokens: input, outputTokens: output, totalTokens: input + output, contextTokens: u.input, lastModel: model, systemSent: true, abortedLastRun: false });
+  }
+
+  private async markAborted(info: RunInfo, aborted: boolean): Promise<void> {
+    const entry = this.deps.sessions.get(info.sessionKey);
+    if (entry && aborted) await this.deps.sessions.upsert(info.sessionKey, entry.agentId, { abortedLastRun: true }).catch(() => undefined);
+  }
+
+  private complete(info: RunInfo, outcome: RunOutcome): void {
+    info.status = outcome.status;
+    info.endedAt = Date.now();
+    info.usage = outcome.usage;
+    if (outcome.status === "ok") info.reply = outcome.reply;
+    else info.error = outcome.error;
+    this.runs.delete(info.runId);
+    this.completed.set(info.runId, info);
+    const max = this.deps.maxCompletions ?? 50_000;
+    if (this.completed.size > max) this.completed.delete(this.completed.keys().next().value as string);
+    this.emit({ phase: "end", runId: info.runId, sessionKey: info.sessionKey, outcome });
+  }
+
+  private sweep(): void {
+    const cutoff = Date.now() - (this.deps.completionTtlMs ?? 15 * 60_000);
+    for (const [id, info] of this.completed) {
+      if ((info.endedAt ?? 0) >= cutoff) break;
+      this.completed.delete(id);
+    }
+  }
+}
+
+const HISTORY_LIMIT = 60;
+
+class RunTimeout extends Error {
+  constructor(ms: number) {
+    super(`run timed out after ${Math.round(ms / 1000)} s`);
+  }
+}
+
+function isFinished(info: RunInfo): boolean {
+  return info.status === "ok" || info.status === "error" || info.status === "timeout";
+}
+
+function toWait(info: RunInfo): WaitResult {
+  return {
+    runId: info.runId,
+    status: info.status === "ok" || info.status === "error" ? info.status : "timeout",
+    ...(info.startedAt ? { startedAt: info.startedAt } : {}),
+    ...(info.endedAt ? { endedAt: info.endedAt } : {}),
+    ...(info.error ? { error: info.error } : {}),
+  };
+}
+
+function parseArgs(raw: string): unknown {
+  try {
+    return JSON.parse(raw || "{}");
+  } catch {
+    return raw;
+  }
+}
+
+async function runTool(tools: AgentTool[], call: { id: string; name: string; arguments: string }, ctx: Parameters<AgentTool["execute"]>[1], log: pino.Logger): Promise<{ text: string; isError: boolean }> {
+  const tool = tools.find((t) => t.name === call.name);
+  if (!tool) return { text: JSON.stringify({ status: "error", error: `unknown tool: ${call.name}` }), isError: true };
+  let args: unknown;
+  try {
+    args = JSON.parse(call.arguments || "{}");
+  } catch {
+    return { text: JSON.stringify({ status: "error", error: `invalid JSON arguments for ${call.name}` }), isError: true };
+  }
+  try {
+    const result = await tool.execute(args, ctx);
+    const isError = typeof result === "object" && result !== null && ["error", "forbidden"].includes(String((result as { status?: unknown }).status));
+    return { text: JSON.stringify(result), isError };
+  } catch (err) {
+    log.warn({ tool: call.name, err: messageOf(err) }, "tool failed");
+    return { text: JSON.stringify({ status: "error", error: `${call.name} failed: ${messageOf(err)}` }), isError: true };
+  }
+}
+
+function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

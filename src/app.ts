@@ -1,0 +1,145 @@
+/**
+ * The services of one daemon, wired once: store, sessions, transcripts, outbox, runtime, router.
+ * No platform SDK is imported here (the composition root `daemon.ts` adds adapters).
+ */
+import path from "node:path";
+import type pino from "pino";
+import type { AdapterKv, ChannelAdapter } from "./channels/types.js";
+import type { Config } from "./config/schema.js";
+import { AgentRuntime } from "./agents/runtime.js";
+import { ModelRegistry } from "./agents/models/registry.js";
+import type { ModelProvider } from "./agents/models/provider.js";
+import { Outbox, type OutboxRecord } from "./delivery/outbox.js";
+import { InboundRouter } from "./inbound/router.js";
+import { defaultAgentId } from "./inbound/route.js";
+import { canonicalizeKey, looksLikeSessionKey, type SessionKey } from "./sessions/keys.js";
+import type { SessionEntry } from "./sessions/entry.js";
+import { SessionNotFoundError, SessionStore } from "./sessions/session-store.js";
+import { TranscriptStore } from "./sessions/transcript.js";
+import { openKvStore, type KvStore } from "./store/kv.js";
+import type { AgentTool, ToolSource } from "./tools/types.js";
+
+export interface AppOptions {
+  config: Config;
+  log: pino.Logger;
+  env?: NodeJS.ProcessEnv;
+  /** Replace a configured model provider (tests). */
+  modelProvider?: (id: string) => ModelProvider | undefined;
+}
+
+export class App {
+  readonly config: Config;
+  readonly log: pino.Logger;
+  readonly stateDir: string;
+  readonly adapters = new Map<string, ChannelAdapter>();
+  readonly startedAt = Date.now();
+  kv!: KvStore;
+  sessions!: SessionStore;
+  transcripts = new TranscriptStore();
+  outbox!: Outbox;
+  runtime!: AgentRuntime;
+  router!: InboundRouter;
+  models: ModelRegistry;
+  /** Tool sources; session tools and others register here before start. */
+  private readonly toolSources: ToolSource[] = [];
+  /** Hooks run by `/stop` (sub-agents). */
+  readonly stopHooks: Array<(sessionKey: string) => string[]> = [];
+
+  constructor(private readonly opts: AppOptions) {
+    this.config = opts.config;
+    this.log = opts.log;
+    this.stateDir = path.resolve(opts.config.stateDir);
+    this.models = new ModelRegistry(opts.config, opts.env ?? process.env, opts.modelProvider);
+  }
+
+  get defaultAgentId(): string {
+    return defaultAgentId(this.config);
+  }
+
+  async open(): Promise<void> {
+    const url = this.config.store.url ?? `sqlite://${path.join(this.stateDir, "switchboard.sqlite")}`;
+    this.kv = await openKvStore(url, this.stateDir);
+    this.sessions = new SessionStore(this.kv.space<SessionEntry>("sessions"), this.stateDir);
+    await this.sessions.load();
+    this.outbox = new Outbox({
+      space: this.kv.space<OutboxRecord>("outbox"),
+      sessions: this.sessions,
+      transcripts: this.transcripts,
+      policy: () => this.config.session.sendPolicy,
+      adapter: (channel, accountId) => this.adapter(channel, accountId),
+      log: this.log.child({ component: "outbox" }),
+    });
+    this.runtime = new AgentRuntime({
+      config: this.config,
+      sessions: this.sessions,
+      transcripts: this.transcripts,
+      models: this.models,
+      tools: (scope) => this.toolSources.flatMap((source) => source(scope)),
+      log: this.log.child({ component: "runtime" }),
+    });
+    this.router = new InboundRouter({
+      config: this.config,
+      sessions: this.sessions,
+      transcripts: this.transcripts,
+      runtime: this.runtime,
+      outbox: this.outbox,
+      space: this.kv.space("inbound"),
+      adapter: (channel, accountId) => this.adapter(channel, accountId),
+      log: this.log.child({ component: "router" }),
+      stopSubagents: (key) => this.stopHooks.flatMap((hook) => hook(key)),
+      botUsername: (channel, accountId) => (this.adapter(channel, accountId) as { botUsername?: () => string | undefined } | undefined)?.botUsername?.(),
+    });
+  }
+
+  addTools(source: ToolSource | AgentTool[]): void {
+    this.toolSources.push(typeof source === "function" ? source : () => source);
+  }
+
+  registerAdapter(adapter: ChannelAdapter): void {
+    this.adapters.set(`${adapter.channel}:${adapter.accountId}`, adapter);
+  }
+
+  /** The adapter for a channel/account; an unknown account falls back to the channel's only one. */
+  adapter(channel: string, accountId: string): ChannelAdapter | undefined {
+    const exact = this.adapters.get(`${channel}:${accountId}`);
+    if (exact) return exact;
+    const same = [...this.adapters.values()].filter((a) => a.channel === channel);
+    return same.length === 1 ? same[0] : undefined;
+  }
+
+  /** A durable key/value space for an adapter (offsets, auth state). */
+  adapterKv(channel: string, accountId: string): AdapterKv {
+    const space = this.kv.space<unknown>(`adapter:${channel}:${accountId}`);
+    return {
+      get: async <T>(key: string) => (await space.get(key)) as T | undefined,
+      set: async <T>(key: string, value: T) => space.set(key, value),
+      delete: (key: string) => space.delete(key),
+    };
+  }
+
+  /** Canonical key of a caller-supplied key (R1, R6). */
+  canonicalKey(raw: string, agentId = this.defaultAgentId): SessionKey {
+    return canonicalizeKey(raw, { agentId, scope: this.config.session.scope });
+  }
+
+  /**
+   * A session key or sessionId → the stored key (R12). Keys that look like keys are canonicalised
+   * (and need not exist); anything else must be a known key or sessionId.
+   */
+  resolveSessionRef(ref: string, agentId = this.defaultAgentId): SessionKey {
+    const trimmed = ref.trim();
+    if (!trimmed) throw new SessionNotFoundError(ref);
+    if (looksLikeSessionKey(trimmed)) return this.canonicalKey(trimmed, agentId);
+    const asKey = this.canonicalKey(trimmed, agentId);
+    if (this.sessions.get(asKey)) return asKey;
+    const byId = this.sessions.keyForSessionId(trimmed);
+    if (byId) return byId as SessionKey;
+    throw new SessionNotFoundError(trimmed, "sessionId");
+  }
+
+  async close(): Promise<void> {
+    await this.sessions?.flush();
+    await this.transcripts.flush();
+    await this.kv?.close();
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * Loads a JSON5 config: `${ENV}` substitution in strings, one zod validation reporting every
+ * issue with its path, defaults from the schema, and a deep-frozen result.
+ */
+import { readFileSync } from "node:fs";
+import JSON5 from "json5";
+import { z } from "zod";
+import { ConfigSchema, type Config } from "./schema.js";
+
+export class ConfigError extends Error {
+  constructor(
+    readonly file: string,
+    readonly problems: string[],
+  ) {
+    super(`invalid config ${file}:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
+    this.name = "ConfigError";
+  }
+}
+
+export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.env): Config {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (err) {
+    throw new ConfigError(file, [`cannot read file: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`]);
+  }
+  let raw: unknown;
+  try {
+    raw = JSON5.parse(text);
+  } catch (err) {
+    throw new ConfigError(file, [`not valid JSON5: ${(err as Error).message}`]);
+  }
+  return parseConfig(raw, file, env);
+}
+
+export function parseConfig(raw: unknown, file = "<config>", env: NodeJS.ProcessEnv = process.env): Config {
+  const parsed = ConfigSchema.safeParse(substituteEnv(raw, env));
+  if (!parsed.success) throw new ConfigError(file, formatIssues(parsed.error));
+  return deepFreeze(applyEnvDefaults(parsed.data as Config, env));
+}
+
+/** `path: message` per issue; enums list their permitted values. */
+export function formatIssues(error: z.ZodError): string[] {
+  return error.issues.map((issue) => {
+    const where = issue.path.length ? issue.path.join(".") : "(root)";
+    if (issue.code === "unrecognized_keys") return `${where}: unknown key(s) ${issue.keys.map((k) => `"${k}"`).join(", ")}`;
+    if (issue.code === "invalid_value" && "values" in issue) return `${where}: expected ${(issue.values as unknown[]).map((v) => JSON.stringify(v)).join(" | ")}`;
+    return `${where}: ${issue.message}`;
+  });
+}
+
+const ENV_REF = /\$\{([A-Z_][A-Z0-9_]*)\}/g;
+
+function substituteEnv(value: unknown, env: NodeJS.ProcessEnv): unknown {
+  // An unset variable becomes "" so a disabled channel's token placeholder is harmless;
+  // enabled channels check their own credentials at start.
+  if (typeof value === "string") return value.replace(ENV_REF, (_m, name: string) => env[name] ?? "");
+  if (Array.isArray(value)) return value.map((v) => substituteEnv(v, env));
+  if (value && typeof value === "object") return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, substituteEnv(v, env)]));
+  return value;
+}
+
+/** Environment overrides that operators expect without editing the file (interfaces §1). */
+function applyEnvDefaults(config: Config, env: NodeJS.ProcessEnv): Config {
+  const token = config.gateway.auth.token || env.SWITCHBOARD_GATEWAY_TOKEN || undefined;
+  const stateDir = env.SWITCHBOARD_STATE_DIR || config.stateDir;
+  return { ...config, stateDir, gateway: { ...config.gateway, auth: { ...config.gateway.auth, token } } };
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === "object" && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const v of Object.values(value)) deepFreeze(v);
+  }
+  return value;
+}

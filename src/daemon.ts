@@ -1,0 +1,137 @@
+/**
+ * Composition root: builds the services, wires adapters and the gateway, and owns the start and
+ * stop order. Adapters are imported lazily so a disabled platform's SDK is never loaded.
+ */
+import { readFile } from "node:fs/promises";
+import { isIP } from "node:net";
+import type pino from "pino";
+import { App, type AppOptions } from "./app.js";
+import type { AdapterContext, ChannelAdapter } from "./channels/types.js";
+import type { Config } from "./config/schema.js";
+import { Gateway } from "./gateway/server.js";
+import { createWebchatAdapter } from "./web/webchat-adapter.js";
+import { VERSION } from "./version.js";
+
+export type AdapterFactory = (ctx: AdapterContext) => Promise<ChannelAdapter>;
+
+export interface DaemonOptions extends AppOptions {
+  /** Replace the adapter of a platform (tests inject fakes' seams, e.g. the WhatsApp socket). */
+  adapterFactories?: Partial<Record<"telegram" | "discord" | "whatsapp", AdapterFactory>>;
+  /** Extra wiring before start (session tools, cron, hooks register through this). */
+  plugins?: Array<(daemon: Daemon) => void | Promise<void>>;
+}
+
+export class Daemon {
+  readonly app: App;
+  readonly gateway: Gateway;
+  private readonly log: pino.Logger;
+  private readonly stopHooks: Array<() => Promise<void> | void> = [];
+  private started = false;
+
+  constructor(private readonly opts: DaemonOptions) {
+    this.app = new App(opts);
+    this.log = opts.log;
+    this.gateway = new Gateway(this.app, VERSION);
+  }
+
+  get config(): Config {
+    return this.app.config;
+  }
+
+  /** Register cleanup run (in reverse order) on stop. */
+  onStop(fn: () => Promise<void> | void): void {
+    this.stopHooks.push(fn);
+  }
+
+  async start(): Promise<{ port: number }> {
+    const { config } = this.app;
+    assertSafeBind(config);
+    await this.app.open();
+    this.serveWebchat();
+    for (const plugin of this.opts.plugins ?? []) await plugin(this);
+    if (config.channels.webchat.enabled) this.app.registerAdapter(createWebchatAdapter((event, payload) => this.gateway.broadcast(event, payload)));
+    await this.app.outbox.start();
+    await this.app.router.start();
+    const { port, host } = await this.gateway.listen();
+    this.log.info({ url: `http://${host.includes(":") ? `[${host}]` : host}:${port}/`, store: this.app.kv.description, model: this.app.models.defaultRef(this.app.defaultAgentId) ?? "none" }, "switchboard listening");
+    if (!this.app.models.configured) this.log.warn("no model configured — chats get a notice; see README \"Connect a model\"");
+    await this.startChannels();
+    this.started = true;
+    return { port };
+  }
+
+  /** Drain in-flight work, then close everything. Safe to call twice. */
+  async stop(): Promise<void> {
+    this.log.info("stopping: draining runs and deliveries");
+    for (const a of this.app.adapters.values()) await a.stop().catch((err: unknown) => this.log.warn({ err, channel: a.channel }, "adapter stop failed"));
+    if (this.started) {
+      await this.app.runtime.drain(10_000);
+      await this.app.router.idle();
+      await this.app.outbox.stop();
+    }
+    for (const fn of [...this.stopHooks].reverse()) await fn();
+    await this.gateway.close();
+    await this.app.close();
+    this.started = false;
+    this.log.info("stopped");
+  }
+
+  private async startChannels(): Promise<void> {
+    const { channels } = this.app.config;
+    const factories = this.opts.adapterFactories ?? {};
+    const wanted: Array<["telegram" | "discord" | "whatsapp", AdapterFactory]> = [];
+    if (channels.telegram?.enabled) {
+      const cfg = channels.telegram;
+      wanted.push(["telegram", factories.telegram ?? (async (ctx) => (await import("../adapters/telegram/index.js")).createTelegramAdapter(cfg, ctx))]);
+    }
+    if (channels.discord?.enabled) {
+      const cfg = channels.discord;
+      wanted.push(["discord", factories.discord ?? (async (ctx) => (await import("../adapters/discord/index.js")).createDiscordAdapter(cfg, ctx))]);
+    }
+    if (channels.whatsapp?.enabled) {
+      const cfg = channels.whatsapp;
+      wanted.push(["whatsapp", factories.whatsapp ?? (async (ctx) => (await import("../adapters/whatsapp/index.js")).createWhatsAppAdapter(cfg, ctx))]);
+    }
+    for (const [channel, factory] of wanted) {
+      const accountId = channels[channel]?.accountId ?? "default";
+      const ctx: AdapterContext = {
+        onInbound: (msg) => this.app.router.accept(msg),
+        onNativeCommand: (cmd) => this.app.router.nativeCommand(cmd),
+        kv: this.app.adapterKv(channel, accountId),
+        log: this.log.child({ component: "adapter", channel, accountId }),
+      };
+      try {
+        const adapter = await factory(ctx);
+        this.app.registerAdapter(adapter);
+        // A platform that is down must not keep the daemon (and the other channels) from running.
+        await adapter.start().catch((err: unknown) => ctx.log.error({ err: (err as Error).message }, "channel failed to start; see `switchboard status`"));
+      } catch (err) {
+        ctx.log.error({ err: (err as Error).message }, "channel could not be created");
+      }
+    }
+  }
+
+  private serveWebchat(): void {
+    const asset = (file: string, type: string) => async (_req: unknown, res: import("node:http").ServerResponse) => {
+      const body = await readFile(new URL(`./web/${file}`, import.meta.url));
+      res.writeHead(200, { "content-type": type, "cache-control": "no-cache" }).end(body);
+    };
+    if (this.app.config.channels.webchat.enabled) {
+      this.gateway.route("GET", "/", asset("index.html", "text/html; charset=utf-8"));
+      this.gateway.route("GET", "/webchat.js", asset("webchat.js", "text/javascript; charset=utf-8"));
+      this.gateway.route("GET", "/webchat.css", asset("webchat.css", "text/css; charset=utf-8"));
+    }
+    this.gateway.route("GET", "/healthz", (_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ ok: true, uptimeMs: Date.now() - this.app.startedAt }));
+    });
+  }
+}
+
+/** Binding beyond loopback without a token would hand the agent to the network (interfaces §3). */
+export function assertSafeBind(config: Config): void {
+  const bind = config.gateway.bind;
+  const loopback = bind === "localhost" || bind === "::1" || (isIP(bind) === 4 && bind.startsWith("127."));
+  if (!loopback && !config.gateway.auth.token) {
+    throw new Error(`refusing to bind the gateway to ${bind} without a token: set gateway.auth.token or SWITCHBOARD_GATEWAY_TOKEN, or bind to 127.0.0.1`);
+  }
+}

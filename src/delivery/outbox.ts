@@ -1,0 +1,317 @@
+/**
+ * THE one outbound gate (DESIGN "One gate out"): every message that leaves the daemon — replies,
+ * announces, gateway `send`, command answers — is written here first, checked against the send
+ * policy, chunked, rate-limited, sent, and acknowledged.
+ *
+ * Durability per chunk: a chunk is marked `attempted` before the platform call and `sent` after
+ * it. After a crash, a chunk left `attempted` is reconciled as `unknown_after_send` and skipped —
+ * never re-sent blind, because a duplicate reply is the most common complaint of such daemons —
+ * and the remaining chunks continue. Queued messages resume in order.
+ */
+import type pino from "pino";
+import type { ChannelAdapter, OutboundTarget, RateLimit } from "../channels/types.js";
+import { PlatformError } from "../channels/types.js";
+import { resolveSendPolicy, type SendPolicyConfig, type SendPolicyResult } from "../policy/send-policy.js";
+import type { SessionStore } from "../sessions/session-store.js";
+import type { TranscriptStore } from "../sessions/transcript.js";
+import type { KvSpace } from "../store/kv.js";
+import { chunkText } from "./chunk.js";
+import { RateLimiter } from "./rate-limiter.js";
+
+export type OutboundKind = "reply" | "announce" | "send" | "command";
+
+export interface OutboundRequest {
+  /** Idempotency id: the same id is delivered at most once, across restarts. */
+  id: string;
+  /** The session the message belongs to: its override and chat type feed the policy. */
+  sessionKey?: string;
+  target: OutboundTarget;
+  text: string;
+  kind: OutboundKind;
+  /**
+   * The single policy exception (DESIGN): the answer to an owner's own command, so that
+   * `/send off` can be confirmed in the chat it just silenced. Nothing else may set it.
+   */
+  ownerCommandAnswer?: boolean;
+}
+
+export type OutboxState = "queued" | "sending" | "sent" | "suppressed" | "failed";
+
+export interface OutboxRecord {
+  id: string;
+  sessionKey?: string;
+  target: OutboundTarget;
+  kind: OutboundKind;
+  ownerCommandAnswer?: boolean;
+  text: string;
+  chunks?: string[];
+  state: OutboxState;
+  /** Index of the next chunk to send. */
+  next: number;
+  /** Chunk index whose platform call started but was never acknowledged. */
+  attempted?: number;
+  unknownChunks?: number[];
+  messageIds: string[];
+  attempts: number;
+  createdAt: number;
+  updatedAt: number;
+  error?: string;
+  policy?: string;
+}
+
+export type OutboxResult =
+  | { status: "sent"; id: string; messageIds: string[]; unknownChunks?: number[] }
+  | { status: "suppressed"; id: string; reason: string }
+  | { status: "failed"; id: string; error: string };
+
+export interface OutboxDeps {
+  space: KvSpace<OutboxRecord>;
+  sessions: SessionStore;
+  transcripts: TranscriptStore;
+  policy: () => SendPolicyConfig;
+  adapter: (channel: string, accountId: string) => ChannelAdapter | undefined;
+  log: pino.Logger;
+  now?: () => number;
+  sleep?: (ms: number) => Promise<void>;
+  maxAttempts?: number;
+  /** Keep finished records this long so a repeated id stays a no-op (ms). */
+  retentionMs?: number;
+}
+
+const TERMINAL: ReadonlySet<OutboxState> = new Set(["sent", "suppressed", "failed"]);
+
+export class Outbox {
+  private readonly records = new Map<string, OutboxRecord>();
+  private readonly waiters = new Map<string, Array<(r: OutboxResult) => void>>();
+  private readonly lanes = new Map<string, Promise<void>>();
+  private readonly limiter: RateLimiter;
+  private readonly now: () => number;
+  private readonly sleep: (ms: number) => Promise<void>;
+  private stopped = false;
+  private inflight = 0;
+
+  constructor(private readonly deps: OutboxDeps) {
+    this.now = deps.now ?? Date.now;
+    this.sleep = deps.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
+    this.limiter = new RateLimiter(this.now);
+  }
+
+  /** Load records; reconcile interrupted sends; resume queued messages. */
+  async start(): Promise<void> {
+    const retention = this.deps.retentionMs ?? 24 * 3600_000;
+    const rows = await this.deps.space.entries();
+    rows.sort((a, b) => a[1].createdAt - b[1].createdAt);
+    for (const [, record] of rows) {
+      if (TERMINAL.has(record.state)) {
+        if (this.now() - record.updatedAt > retention) await this.deps.space.delete(record.id);
+        else this.records.set(record.id, record);
+        continue;
+      }
+      if (record.attempted !== undefined) await this.reconcile(record);
+      this.records.set(record.id, record);
+      this.schedule(record);
+    }
+  }
+
+  /** Messages not yet finished (queue depth for `status`). */
+  get pending(): number {
+    let n = 0;
+    for (const r of this.records.values()) if (!TERMINAL.has(r.state)) n++;
+    return n;
+  }
+
+  get(id: string): OutboxRecord | undefined {
+    return this.records.get(id);
+  }
+
+  /**
+   * Durably accept a message (resolves once it is written) and return a promise of its outcome.
+   * A repeated id returns the first message's outcome and sends nothing.
+   */
+  async enqueue(req: OutboundRequest): Promise<{ id: string; done: Promise<OutboxResult> }> {
+    const existing = this.records.get(req.id);
+    if (existing) return { id: req.id, done: this.outcome(existing) };
+    const t = this.now();
+    const record: OutboxRecord = {
+      id: req.id,
+      sessionKey: req.sessionKey,
+      target: req.target,
+      kind: req.kind,
+      ...(req.ownerCommandAnswer ? { ownerCommandAnswer: true } : {}),
+      text: req.text,
+      state: "queued",
+      next: 0,
+      messageIds: [],
+      attempts: 0,
+      createdAt: t,
+      updatedAt: t,
+    };
+    this.records.set(record.id, record);
+    const done = this.outcome(record);
+    await this.persist(record);
+    this.schedule(record);
+    return { id: record.id, done };
+  }
+
+  /** The policy verdict the outbox would apply to a message for this session and target. */
+  evaluate(sessionKey: string | undefined, target: OutboundTarget): SendPolicyResult {
+    const entry = sessionKey ? this.deps.sessions.get(sessionKey) : undefined;
+    return resolveSendPolicy(this.deps.policy(), {
+      sessionKey,
+      override: entry?.sendPolicy,
+      channel: target.channel,
+      chatType: entry?.chatType,
+    });
+  }
+
+  /** Stop taking new work; wait for in-flight platform calls to finish. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    const deadline = this.now() + 5000;
+    while (this.inflight > 0 && this.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  }
+
+  private outcome(record: OutboxRecord): Promise<OutboxResult> {
+    if (TERMINAL.has(record.state)) return Promise.resolve(toResult(record));
+    return new Promise((resolve) => {
+      const list = this.waiters.get(record.id) ?? [];
+      list.push(resolve);
+      this.waiters.set(record.id, list);
+    });
+  }
+
+  /** One FIFO lane per destination keeps chunks and consecutive replies in order. */
+  private schedule(record: OutboxRecord): void {
+    const lane = `${record.target.channel}|${record.target.accountId}|${record.target.to}|${record.target.threadId ?? ""}`;
+    const prev = this.lanes.get(lane) ?? Promise.resolve();
+    const run = prev.then(() => this.process(record)).catch((err: unknown) => {
+      this.deps.log.error({ err, outboxId: record.id }, "outbox processing crashed");
+    });
+    this.lanes.set(lane, run);
+    void run.finally(() => {
+      if (this.lanes.get(lane) === run) this.lanes.delete(lane);
+    });
+  }
+
+  private async process(record: OutboxRecord): Promise<void> {
+    if (this.stopped || TERMINAL.has(record.state)) return;
+    const log = this.deps.log.child({ outboxId: record.id, sessionKey: record.sessionKey, channel: record.target.channel, accountId: record.target.accountId });
+    if (record.state === "queued") {
+      const verdict = this.evaluate(record.sessionKey, record.target);
+      record.policy = verdict.reason;
+      if (verdict.decision === "deny" && !record.ownerCommandAnswer) {
+        log.info({ kind: record.kind, reason: verdict.reason }, "delivery suppressed by send policy");
+        await this.finish(record, "suppressed");
+        await this.recordDelivery(record, "suppressed", `send policy deny (${verdict.reason})`);
+        return;
+      }
+      const adapter = this.deps.adapter(record.target.channel, record.target.accountId);
+      if (!adapter) {
+        record.error = `channel not connected: ${record.target.channel} (account ${record.target.accountId})`;
+        log.warn(record.error);
+        await this.finish(record, "failed");
+        await this.recordDelivery(record, "failed", record.error);
+        return;
+      }
+      record.chunks = chunkText(record.text, adapter.textChunkLimit, record.target.channel === "discord" ? { maxLines: 17 } : undefined);
+      record.state = "sending";
+      await this.persist(record);
+    }
+    await this.sendChunks(record, log);
+  }
+
+  private async sendChunks(record: OutboxRecord, log: pino.Logger): Promise<void> {
+    const chunks = record.chunks ?? [];
+    const maxAttempts = this.deps.maxAttempts ?? 8;
+    while (record.next < chunks.length) {
+      if (this.stopped) return;
+      const adapter = this.deps.adapter(record.target.channel, record.target.accountId);
+      if (!adapter) {
+        record.error = `channel not connected: ${record.target.channel}`;
+        await this.finish(record, "failed");
+        await this.recordDelivery(record, "failed", record.error);
+        return;
+      }
+      const limits: RateLimit[] = adapter.rateLimitsFor?.(record.target) ?? [];
+      for (let wait = this.limiter.delayFor(limits); wait > 0; wait = this.limiter.delayFor(limits)) await this.sleep(wait);
+      this.limiter.record(limits);
+      record.attempted = record.next;
+      record.attempts++;
+      await this.persist(record);
+      this.inflight++;
+      try {
+        const receipt = await adapter.send(record.target, chunks[record.next]);
+        record.messageIds.push(receipt.messageId);
+        record.next++;
+        record.attempted = undefined;
+        record.error = undefined;
+        await this.persist(record);
+      } catch (err) {
+        record.attempted = undefined;
+        const perr = err instanceof PlatformError ? err : new PlatformError(record.target.channel, "transport", errorMessage(err), { cause: err });
+        record.error = perr.message;
+        if (!perr.retryable || record.attempts >= maxAttempts) {
+          log.error({ err: perr.message, code: perr.code, attempts: record.attempts }, "delivery failed");
+          await this.finish(record, "failed");
+          await this.recordDelivery(record, "failed", perr.message);
+          return;
+        }
+        const backoff = perr.retryAfterMs ?? Math.min(30_000, 500 * 2 ** (record.attempts - 1));
+        if (perr.code === "rate_limited") this.limiter.penalize(limits, backoff);
+        log.warn({ err: perr.message, code: perr.code, retryInMs: backoff }, "delivery retry scheduled");
+        await this.persist(record);
+        await this.sleep(backoff);
+      } finally {
+        this.inflight--;
+      }
+    }
+    await this.finish(record, "sent");
+    await this.recordDelivery(record, record.unknownChunks?.length ? "unknown_after_send" : "sent");
+  }
+
+  private async reconcile(record: OutboxRecord): Promise<void> {
+    const index = record.attempted as number;
+    record.unknownChunks = [...(record.unknownChunks ?? []), index];
+    record.next = index + 1;
+    record.attempted = undefined;
+    this.deps.log.warn({ outboxId: record.id, chunk: index }, "send interrupted by a restart; chunk not re-sent (unknown_after_send)");
+    await this.persist(record);
+  }
+
+  private async finish(record: OutboxRecord, state: OutboxState): Promise<void> {
+    record.state = state;
+    await this.persist(record);
+    const result = toResult(record);
+    for (const resolve of this.waiters.get(record.id) ?? []) resolve(result);
+    this.waiters.delete(record.id);
+  }
+
+  private async recordDelivery(record: OutboxRecord, status: "sent" | "suppressed" | "failed" | "unknown_after_send", reason?: string): Promise<void> {
+    const entry = record.sessionKey ? this.deps.sessions.get(record.sessionKey) : undefined;
+    if (!entry) return;
+    const ref = { path: this.deps.sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+    await this.deps.transcripts
+      .appendDelivery(ref, { status, outboxId: record.id, channel: record.target.channel, to: record.target.to, ...(reason ? { reason } : {}), ...(status === "suppressed" ? { text: record.text } : {}) })
+      .catch((err: unknown) => this.deps.log.error({ err, outboxId: record.id }, "could not record delivery in transcript"));
+  }
+
+  private async persist(record: OutboxRecord): Promise<void> {
+    record.updatedAt = this.now();
+    await this.deps.space.set(record.id, record);
+  }
+}
+
+function toResult(record: OutboxRecord): OutboxResult {
+  switch (record.state) {
+    case "sent":
+      return { status: "sent", id: record.id, messageIds: record.messageIds, ...(record.unknownChunks?.length ? { unknownChunks: record.unknownChunks } : {}) };
+    case "suppressed":
+      return { status: "suppressed", id: record.id, reason: record.policy ?? "send policy" };
+    default:
+      return { status: "failed", id: record.id, error: record.error ?? "delivery failed" };
+  }
+}
+
+function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,280 @@
+/**
+ * Gateway method handlers (interfaces §3). Each takes validated params and returns the payload,
+ * or throws GatewayError; `agent` answers twice (accepted, then final).
+ */
+import { promises as fs } from "node:fs";
+import type { App } from "../app.js";
+import type { ChannelId, OutboundTarget } from "../channels/types.js";
+import type { RunOutcome } from "../agents/runtime.js";
+import { classifySessionKind, isSubagentKey, agentIdFromKey, normalizeAgentId, MAIN_KEY, displayKey } from "../sessions/keys.js";
+import { normalizeDeliveryContext } from "../sessions/entry.js";
+import { toSessionRow } from "../sessions/rows.js";
+import { SessionNotFoundError } from "../sessions/session-store.js";
+import { replyText } from "../inbound/router.js";
+import { GatewayError, type MethodName, type MethodParams } from "./protocol.js";
+
+export interface CallContext {
+  connId: string;
+  role: "operator" | "node";
+  nodeId?: string;
+  /** Broadcast an event to every operator connection. */
+  broadcast(event: string, payload: unknown): void;
+}
+
+export interface TwoPhase {
+  kind: "two-phase";
+  first: unknown;
+  final: Promise<{ ok: true; payload: unknown } | { ok: false; error: GatewayError; payload: unknown }>;
+}
+
+type Handler<M extends MethodName> = (params: MethodParams<M>, ctx: CallContext) => Promise<unknown | TwoPhase>;
+export type Handlers = { [M in MethodName]: Handler<M> };
+
+const POLICY_BLOCKED = "send blocked by session policy";
+const DEFAULT_LIST_LIMIT = 200;
+
+export function createHandlers(app: App, version: string): Handlers {
+  const sessions = () => app.sessions;
+
+  const resolveKey = (ref: string, agentId?: string) => {
+    try {
+      return app.resolveSessionRef(ref, agentId);
+    } catch (err) {
+      if (err instanceof SessionNotFoundError) throw new GatewayError("NOT_FOUND", err.message);
+      throw err;
+    }
+  };
+  const requireAgent = (raw: string | undefined): string => {
+    if (raw === undefined) return app.defaultAgentId;
+    const id = normalizeAgentId(raw);
+    if (!app.config.agents.list.some((a) => normalizeAgentId(a.id) === id)) throw new GatewayError("INVALID_REQUEST", `unknown agent id "${raw}"`);
+    return id;
+  };
+  const agentOfKey = (key: string) => agentIdFromKey(key, sessions().get(key)?.agentId ?? app.defaultAgentId);
+  const checkPolicy = (key: string, channel?: string) => {
+    const entry = sessions().get(key);
+    const verdict = app.outbox.evaluate(key, { channel: (entry?.channel ?? entry?.deliveryContext?.channel ?? entry?.lastChannel ?? channel ?? "webchat") as ChannelId, accountId: "default", to: "" });
+    if (verdict.decision === "deny") throw new GatewayError("INVALID_REQUEST", POLICY_BLOCKED, { reason: verdict.reason });
+  };
+  const row = (key: string) => {
+    const entry = sessions().require(key);
+    return toSessionRow(entry, sessions().transcriptPath(entry), app.models.defaultRef(entry.agentId));
+  };
+
+  return {
+    async "sessions.list"(p) {
+      const limit = Math.min(p.limit ?? DEFAULT_LIST_LIMIT, 10_000);
+      const entries = sessions().list({ ...p, limit, spawnedBy: p.spawnedBy ? app.canonicalKey(p.spawnedBy) : undefined, includeGlobal: p.includeGlobal ?? true });
+      const rows = await Promise.all(
+        entries.map(async (e) => {
+          const r = toSessionRow(e, sessions().transcriptPath(e), app.models.defaultRef(e.agentId));
+          if (p.messageLimit) r.messages = (await app.transcripts.readMessages(r.transcriptPath, p.messageLimit * 4)).filter((m) => m.role !== "toolResult").slice(-p.messageLimit);
+          return r;
+        }),
+      );
+      return { ts: Date.now(), count: rows.length, sessions: rows };
+    },
+
+    async "sessions.resolve"(p) {
+      const given = [p.key, p.sessionId, p.label].filter((v) => v !== undefined);
+      if (given.length !== 1) throw new GatewayError("INVALID_REQUEST", given.length ? "Provide either key, sessionId, or label (not multiple)" : "Either key, sessionId, or label is required");
+      if (p.label !== undefined) {
+        const hits = sessions().list({ label: p.label, limit: 2, agentId: p.agentId ? normalizeAgentId(p.agentId) : undefined, spawnedBy: p.spawnedBy ? app.canonicalKey(p.spawnedBy) : undefined });
+        if (!hits.length) throw new GatewayError("NOT_FOUND", `no session found with label: ${p.label}`);
+        if (hits.length > 1) throw new GatewayError("INVALID_REQUEST", `multiple sessions found with label: ${p.label} (${hits.map((h) => h.key).join(", ")})`);
+        return { ok: true, key: displayKey(hits[0].key) };
+      }
+      if (p.sessionId !== undefined) {
+        const key = sessions().keyForSessionId(p.sessionId);
+        if (!key) throw new GatewayError("NOT_FOUND", `no session found with sessionId: ${p.sessionId}`);
+        return { ok: true, key: displayKey(key) };
+      }
+      const key = app.canonicalKey(p.key as string);
+      if (!sessions().get(key)) throw new GatewayError("NOT_FOUND", `session not found: ${p.key}`);
+      return { ok: true, key: displayKey(key) };
+    },
+
+    async "sessions.patch"(p) {
+      const key = app.canonicalKey(p.key);
+      const existing = sessions().get(key);
+      if (p.label) {
+        const clash = sessions().list({ label: p.label, limit: 2 }).find((e) => e.key !== key);
+        if (clash) throw new GatewayError("INVALID_REQUEST", `label already in use: ${p.label} (${clash.key})`);
+      }
+      if (p.model) {
+        try {
+          app.models.resolve(p.model);
+        } catch (err) {
+          throw new GatewayError("INVALID_REQUEST", (err as Error).message);
+        }
+      }
+      if (p.spawnedBy !== undefined) {
+        if (!isSubagentKey(key)) throw new GatewayError("INVALID_REQUEST", `spawnedBy is only for sub-agent sessions (agent:<id>:subagent:<uuid>), not ${key}`);
+        if (existing?.spawnedBy && existing.spawnedBy !== p.spawnedBy) throw new GatewayError("INVALID_REQUEST", `spawnedBy cannot be changed once set (${existing.spawnedBy})`);
+      }
+      const { key: _key, ...fields } = p;
+      const entry = await sessions().upsert(key, agentOfKey(key), { ...fields, ...(p.spawnedBy ? { spawnedBy: app.canonicalKey(p.spawnedBy) } : {}) });
+      return { ok: true, key: displayKey(key), entry: row(entry.key) };
+    },
+
+    async "sessions.reset"(p) {
+      const key = app.canonicalKey(p.key);
+      if (!sessions().get(key)) throw new GatewayError("NOT_FOUND", `session not found: ${p.key}`);
+      const entry = await sessions().reset(key);
+      return { ok: true, key: displayKey(key), entry: row(entry.key) };
+    },
+
+    async "sessions.delete"(p) {
+      const key = app.canonicalKey(p.key);
+      if (classifySessionKind(key) === "main" && !key.includes(":thread:")) throw new GatewayError("INVALID_REQUEST", `Cannot delete the main session (${displayKey(key)}).`);
+      const entry = sessions().get(key);
+      if (!entry) throw new GatewayError("NOT_FOUND", `session not found: ${p.key}`);
+      app.runtime.abortSession(key, "session deleted");
+      for (const hook of app.stopHooks) hook(key);
+      await sessions().delete(key);
+      const archived: string[] = [];
+      if (p.deleteTranscript !== false) {
+        const file = sessions().transcriptPath(entry);
+        const dest = `${file}.deleted.${new Date().toISOString().replace(/[:.]/g, "-")}`;
+        await app.transcripts.flush();
+        if (await fs.rename(file, dest).then(() => true, () => false)) archived.push(dest);
+      }
+      return { ok: true, key: displayKey(key), deleted: true, archived };
+    },
+
+    async "chat.history"(p) {
+      const key = resolveKey(p.sessionKey);
+      const entry = sessions().get(key);
+      if (!entry) throw new GatewayError("NOT_FOUND", `session not found: ${p.sessionKey}`);
+      const messages = await app.transcripts.readMessages(sessions().transcriptPath(entry), p.limit ?? 200);
+      return { sessionKey: displayKey(key), sessionId: entry.sessionId, messages, thinkingLevel: entry.thinkingLevel, verboseLevel: entry.verboseLevel };
+    },
+
+    async "chat.send"(p, ctx) {
+      const key = resolveKey(p.sessionKey);
+      const agentId = agentOfKey(key);
+      const runId = p.idempotencyKey;
+      if (app.runtime.get(runId)) return { runId, status: "started", cached: true };
+      checkPolicy(key, "webchat");
+      const result = await app.router.chatSend({ sessionKey: key, agentId, text: p.message, runId });
+      if (result.kind === "command") {
+        ctx.broadcast("chat", { runId, sessionKey: displayKey(key), state: "final", message: { role: "assistant", content: [{ type: "text", text: result.reply }] } });
+        return { runId, status: "ok", command: true };
+      }
+      void result.done.then((outcome) => {
+        if (outcome.status !== "ok") ctx.broadcast("chat", { runId, sessionKey: displayKey(key), state: "error", errorMessage: outcome.error });
+      });
+      return { runId, status: "started" };
+    },
+
+    async agent(p) {
+      const runId = p.idempotencyKey;
+      const known = app.runtime.get(runId);
+      let sessionKey: string;
+      let done: Promise<RunOutcome>;
+      let acceptedAt: number;
+      if (known) {
+        sessionKey = known.sessionKey;
+        acceptedAt = known.acceptedAt;
+        done = app.runtime.wait(runId, 24 * 3600_000).then(() => outcomeOf(app.runtime.get(runId)));
+      } else {
+        const agentId = requireAgent(p.agentId);
+        sessionKey = p.sessionKey ? resolveKey(p.sessionKey, agentId) : p.sessionId ? resolveKey(p.sessionId, agentId) : app.canonicalKey(MAIN_KEY, agentId);
+        const keyAgent = agentOfKey(sessionKey);
+        if (p.agentId && keyAgent !== agentId && sessionKey.startsWith("agent:")) throw new GatewayError("INVALID_REQUEST", `agent "${agentId}" does not match session key agent "${keyAgent}"`);
+        checkPolicy(sessionKey, p.channel === "last" ? undefined : p.channel);
+        const existing = sessions().get(sessionKey);
+        await sessions().upsert(sessionKey, keyAgent, {
+          ...(p.label && !existing?.label ? { label: p.label } : {}),
+          ...(p.spawnedBy && !existing?.spawnedBy ? { spawnedBy: app.canonicalKey(p.spawnedBy) } : {}),
+        });
+        const started = app.runtime.start({
+          sessionKey,
+          agentId: keyAgent,
+          message: p.message,
+          runId,
+          lane: p.lane,
+          extraSystemPrompt: p.extraSystemPrompt,
+          provenance: p.inputProvenance,
+          ...(p.timeout !== undefined ? { timeoutMs: p.timeout * 1000 } : {}),
+        });
+        acceptedAt = started.info.acceptedAt;
+        done = started.done.then(async (outcome) => {
+          if (p.deliver && outcome.status === "ok" && outcome.reply) await deliverReply(app, sessionKey, runId, p, outcome.reply);
+          return outcome;
+        });
+      }
+      return {
+        kind: "two-phase",
+        first: { runId, sessionKey: displayKey(sessionKey), status: "accepted", acceptedAt },
+        final: done.then((outcome) =>
+          outcome.status === "ok"
+            ? { ok: true as const, payload: { runId, status: "ok", summary: "completed", result: { reply: outcome.reply, usage: outcome.usage, model: outcome.model } } }
+            : {
+                ok: false as const,
+                error: new GatewayError(outcome.status === "timeout" ? "AGENT_TIMEOUT" : "UNAVAILABLE", outcome.error),
+                payload: { runId, status: outcome.status, summary: outcome.error },
+              },
+        ),
+      } satisfies TwoPhase;
+    },
+
+    async "agent.wait"(p) {
+      return app.runtime.wait(p.runId, p.timeoutMs ?? 30_000);
+    },
+
+    async send(p) {
+      const accountId = p.accountId ?? "default";
+      const target: OutboundTarget = { channel: p.channel, accountId, to: p.to, ...(p.threadId !== undefined ? { threadId: String(p.threadId) } : {}) };
+      const sessionKey = p.sessionKey ? resolveKey(p.sessionKey) : sessions().list({ limit: 1, where: (e) => e.deliveryContext?.channel === p.channel && e.deliveryContext.to === p.to })[0]?.key;
+      const { done } = await app.outbox.enqueue({ id: `send:${p.idempotencyKey}`, sessionKey, target, text: p.message, kind: "send" });
+      const result = await withTimeout(done, 30_000);
+      if (!result) return { status: "queued", id: `send:${p.idempotencyKey}` };
+      if (result.status === "suppressed") throw new GatewayError("INVALID_REQUEST", POLICY_BLOCKED, { reason: result.reason });
+      if (result.status === "failed") throw new GatewayError("UNAVAILABLE", result.error);
+      return { status: "sent", messageIds: result.messageIds, channel: p.channel, to: p.to };
+    },
+
+    async health() {
+      const channels: Record<string, unknown> = {};
+      for (const [name, adapter] of app.adapters) channels[name] = adapter.health();
+      return { ok: true, ts: Date.now(), version, uptimeMs: Date.now() - app.startedAt, channels, runs: app.runtime.counts(), outbox: { pending: app.outbox.pending }, sessions: sessions().size, model: app.models.configured ? app.models.defaultRef(app.defaultAgentId) ?? null : null };
+    },
+
+    async status(p, ctx) {
+      return this.health(p, ctx);
+    },
+
+    async "node.event"(p, ctx) {
+      const sessionKey = p.sessionKey ? app.canonicalKey(p.sessionKey) : app.canonicalKey(`node-${ctx.nodeId ?? ctx.connId}`);
+      const agentId = sessions().get(sessionKey)?.agentId ?? app.defaultAgentId;
+      checkPolicy(sessionKey);
+      if (!sessions().get(sessionKey)) await sessions().upsert(sessionKey, agentId, {});
+      const { runId } = app.runtime.start({ sessionKey, agentId, message: p.message, runId: p.idempotencyKey, provenance: { kind: "external_user" } });
+      return { runId, sessionKey: displayKey(sessionKey), status: "accepted" };
+    },
+  };
+}
+
+function outcomeOf(info: ReturnType<App["runtime"]["get"]>): RunOutcome {
+  const usage = info?.usage ?? { input: 0, output: 0 };
+  if (info?.status === "ok") return { status: "ok", reply: info.reply ?? "", usage, model: info.model };
+  if (info?.status === "error") return { status: "error", error: info.error ?? "agent error", usage };
+  return { status: "timeout", error: info?.error ?? "run did not finish", usage };
+}
+
+async function deliverReply(app: App, sessionKey: string, runId: string, p: MethodParams<"agent">, reply: string): Promise<void> {
+  const entry = app.sessions.get(sessionKey);
+  const explicit = p.channel && p.channel !== "last" && p.to ? normalizeDeliveryContext({ channel: p.channel, to: p.to, accountId: p.accountId, threadId: p.threadId === undefined ? undefined : String(p.threadId) }) : undefined;
+  const route = explicit ?? entry?.deliveryContext;
+  if (!route) {
+    app.log.warn({ sessionKey, runId }, "agent deliver requested but the session has no delivery route");
+    return;
+  }
+  await app.outbox.enqueue({ id: `agent:${runId}`, sessionKey, target: { channel: route.channel, accountId: route.accountId ?? "default", to: route.to, ...(route.threadId ? { threadId: route.threadId } : {}) }, text: replyText({ status: "ok", reply, usage: { input: 0, output: 0 } }), kind: "reply" });
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([p, new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), ms)))]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,156 @@
+/**
+ * Gateway wire protocol (interfaces §3): JSON text frames `req` / `res` / `event`, parsed with zod
+ * at the trust boundary. Method params are strict: an unknown field is an error naming it.
+ */
+import { z } from "zod";
+
+export const PROTOCOL_VERSIONS = [3, 4] as const;
+
+export const RequestFrame = z.object({
+  type: z.literal("req"),
+  id: z.string().min(1).max(256),
+  method: z.string().min(1).max(128),
+  params: z.unknown().optional(),
+});
+export type RequestFrame = z.infer<typeof RequestFrame>;
+
+export type ErrorCode = "INVALID_REQUEST" | "UNAUTHORIZED" | "FORBIDDEN" | "NOT_FOUND" | "UNAVAILABLE" | "AGENT_TIMEOUT";
+
+export interface ErrorShape {
+  code: ErrorCode;
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+export type ResponseFrame = { type: "res"; id: string; ok: true; payload: unknown } | { type: "res"; id: string; ok: false; error: ErrorShape; payload?: unknown };
+
+export interface EventFrame {
+  type: "event";
+  event: string;
+  payload: unknown;
+  seq?: number;
+}
+
+/** A handler's failure with a protocol error code. */
+export class GatewayError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly details?: Record<string, unknown>,
+  ) {
+    super(message);
+    this.name = "GatewayError";
+  }
+}
+
+export const Scope = z.enum(["operator.read", "operator.write", "operator.admin"]);
+export type Scope = z.infer<typeof Scope>;
+
+export const ConnectParams = z.object({
+  minProtocol: z.number().int(),
+  maxProtocol: z.number().int(),
+  client: z.object({ id: z.string().min(1), version: z.string(), platform: z.string(), mode: z.string(), instanceId: z.string().optional(), displayName: z.string().optional() }).loose(),
+  role: z.enum(["operator", "node"]).default("operator"),
+  scopes: z.array(z.string()).default([]),
+  caps: z.array(z.string()).optional(),
+  auth: z.object({ token: z.string().optional(), password: z.string().optional() }).loose().optional(),
+  nodeId: z.string().min(1).max(128).optional(),
+}).loose();
+export type ConnectParams = z.infer<typeof ConnectParams>;
+
+const Kind = z.enum(["main", "group", "cron", "hook", "node", "other"]);
+const Limit = (max: number) => z.number().int().min(1).max(max);
+const IdempotencyKey = z.string().min(1).max(256);
+const Channel = z.enum(["webchat", "telegram", "discord", "whatsapp"]);
+
+export const Params = {
+  "sessions.list": z.strictObject({
+    limit: Limit(100_000).optional(),
+    activeMinutes: z.number().positive().optional(),
+    kinds: z.array(Kind).optional(),
+    spawnedBy: z.string().optional(),
+    label: z.string().optional(),
+    search: z.string().optional(),
+    agentId: z.string().optional(),
+    includeGlobal: z.boolean().optional(),
+    includeUnknown: z.boolean().optional(),
+    messageLimit: z.number().int().min(0).max(50).optional(),
+  }),
+  "sessions.resolve": z.strictObject({ key: z.string().min(1).optional(), sessionId: z.string().min(1).optional(), label: z.string().min(1).optional(), agentId: z.string().optional(), spawnedBy: z.string().optional() }),
+  "sessions.patch": z.strictObject({
+    key: z.string().min(1),
+    sendPolicy: z.enum(["allow", "deny"]).nullable().optional(),
+    label: z.string().min(1).max(64).nullable().optional(),
+    model: z.string().min(1).nullable().optional(),
+    thinkingLevel: z.string().min(1).max(32).nullable().optional(),
+    verboseLevel: z.string().min(1).max(32).nullable().optional(),
+    spawnedBy: z.string().min(1).nullable().optional(),
+  }),
+  "sessions.reset": z.strictObject({ key: z.string().min(1) }),
+  "sessions.delete": z.strictObject({ key: z.string().min(1), deleteTranscript: z.boolean().optional() }),
+  "chat.history": z.strictObject({ sessionKey: z.string().min(1), limit: Limit(1000).optional() }),
+  "chat.send": z.strictObject({ sessionKey: z.string().min(1), message: z.string().min(1, "message required"), idempotencyKey: IdempotencyKey, thinking: z.string().optional(), deliver: z.boolean().optional(), timeoutMs: z.number().int().min(0).optional() }),
+  agent: z.strictObject({
+    message: z.string().min(1, "message required"),
+    idempotencyKey: IdempotencyKey,
+    sessionKey: z.string().min(1).optional(),
+    sessionId: z.string().min(1).optional(),
+    agentId: z.string().min(1).optional(),
+    deliver: z.boolean().optional(),
+    channel: z.union([Channel, z.literal("last")]).optional(),
+    to: z.string().min(1).optional(),
+    accountId: z.string().min(1).optional(),
+    threadId: z.union([z.string(), z.number()]).optional(),
+    extraSystemPrompt: z.string().optional(),
+    inputProvenance: z.strictObject({ kind: z.enum(["external_user", "inter_session", "internal_system"]), sourceSessionKey: z.string().optional(), sourceChannel: z.string().optional(), sourceTool: z.string().optional() }).optional(),
+    lane: z.enum(["main", "nested", "subagent"]).optional(),
+    timeout: z.number().min(0).optional(),
+    label: z.string().min(1).max(64).optional(),
+    spawnedBy: z.string().min(1).optional(),
+    thinking: z.string().optional(),
+  }),
+  "agent.wait": z.strictObject({ runId: z.string().min(1), timeoutMs: z.number().int().min(0).max(24 * 3600_000).optional() }),
+  send: z.strictObject({ to: z.string().min(1), message: z.string().min(1, "message required"), channel: Channel, accountId: z.string().min(1).optional(), threadId: z.union([z.string(), z.number()]).optional(), sessionKey: z.string().min(1).optional(), idempotencyKey: IdempotencyKey }),
+  health: z.strictObject({}),
+  status: z.strictObject({}),
+  "node.event": z.strictObject({ message: z.string().min(1), idempotencyKey: IdempotencyKey, sessionKey: z.string().min(1).optional() }),
+} as const;
+
+export type MethodName = keyof typeof Params;
+export type MethodParams<M extends MethodName> = z.infer<(typeof Params)[M]>;
+
+/** Scope each method needs; admin implies the others, write implies read. */
+export const METHOD_SCOPES: Record<MethodName, Scope | "node"> = {
+  "sessions.list": "operator.read",
+  "sessions.resolve": "operator.read",
+  "chat.history": "operator.read",
+  health: "operator.read",
+  status: "operator.read",
+  "chat.send": "operator.write",
+  agent: "operator.write",
+  "agent.wait": "operator.write",
+  send: "operator.write",
+  "sessions.patch": "operator.admin",
+  "sessions.reset": "operator.admin",
+  "sessions.delete": "operator.admin",
+  "node.event": "node",
+};
+
+export const EVENTS = ["connect.challenge", "tick", "chat", "agent", "shutdown"] as const;
+
+export function hasScope(granted: readonly string[], needed: Scope): boolean {
+  if (granted.includes("operator.admin")) return true;
+  if (needed === "operator.read") return granted.includes("operator.read") || granted.includes("operator.write");
+  return granted.includes(needed);
+}
+
+/** "path: message" for every issue, e.g. `limit: Too small: expected number to be >=1`. */
+export function describeZodError(err: z.ZodError): string {
+  return err.issues
+    .map((i) => {
+      const where = i.path.length ? i.path.join(".") : "params";
+      if (i.code === "unrecognized_keys") return `${where}: unknown field(s) ${i.keys.map((k) => `"${k}"`).join(", ")}`;
+      return `${where}: ${i.message}`;
+    })
+    .join("; ");
+}

@@ -1,0 +1,251 @@
+/**
+ * The gateway: one HTTP server (web chat page, health, hooks) with the WebSocket protocol of
+ * interfaces §3 on the same port. Bad frames get an error response naming the problem; the
+ * connection and the daemon stay up.
+ */
+import { randomUUID, timingSafeEqual } from "node:crypto";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { WebSocketServer, type WebSocket } from "ws";
+import type pino from "pino";
+import type { App } from "../app.js";
+import { createHandlers, type CallContext, type Handlers, type TwoPhase } from "./methods.js";
+import {
+  ConnectParams,
+  EVENTS,
+  GatewayError,
+  METHOD_SCOPES,
+  Params,
+  PROTOCOL_VERSIONS,
+  RequestFrame,
+  describeZodError,
+  hasScope,
+  type ErrorShape,
+  type MethodName,
+  type ResponseFrame,
+} from "./protocol.js";
+
+export type HttpRoute = (req: http.IncomingMessage, res: http.ServerResponse, url: URL) => Promise<void> | void;
+
+interface Connection {
+  connId: string;
+  ws: WebSocket;
+  state: "handshake" | "ready";
+  role: "operator" | "node";
+  scopes: string[];
+  nodeId?: string;
+  seq: number;
+}
+
+const HANDSHAKE_TIMEOUT_MS = 10_000;
+
+export class Gateway {
+  private readonly server: http.Server;
+  private readonly wss: WebSocketServer;
+  private readonly conns = new Set<Connection>();
+  private readonly routes = new Map<string, HttpRoute>();
+  private readonly handlers: Handlers;
+  private readonly log: pino.Logger;
+  private tick?: NodeJS.Timeout;
+
+  constructor(
+    private readonly app: App,
+    private readonly version: string,
+  ) {
+    this.log = app.log.child({ component: "gateway" });
+    this.handlers = createHandlers(app, version);
+    this.server = http.createServer((req, res) => void this.onHttp(req, res));
+    // Our own size check answers with an error frame; ws's limit (which closes) is a backstop.
+    this.wss = new WebSocketServer({ noServer: true, maxPayload: app.config.gateway.maxPayload * 4 });
+    this.server.on("upgrade", (req, socket, head) => {
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.onConnection(ws));
+    });
+  }
+
+  route(method: string, pathname: string, handler: HttpRoute): void {
+    this.routes.set(`${method.toUpperCase()} ${pathname}`, handler);
+  }
+
+  async listen(): Promise<{ host: string; port: number }> {
+    const { bind, port } = this.app.config.gateway;
+    await new Promise<void>((resolve, reject) => {
+      this.server.once("error", reject);
+      this.server.listen(port, bind, () => {
+        this.server.off("error", reject);
+        resolve();
+      });
+    });
+    this.tick = setInterval(() => this.broadcast("tick", { ts: Date.now() }), this.app.config.gateway.tickIntervalMs);
+    this.tick.unref();
+    const addr = this.server.address() as AddressInfo;
+    return { host: addr.address, port: addr.port };
+  }
+
+  get port(): number {
+    return (this.server.address() as AddressInfo | null)?.port ?? 0;
+  }
+
+  /** Send an event to every operator connection that finished the handshake. */
+  broadcast(event: string, payload: unknown): void {
+    for (const c of this.conns) if (c.state === "ready" && c.role === "operator") this.sendEvent(c, event, payload);
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.tick);
+    for (const c of this.conns) {
+      this.sendEvent(c, "shutdown", { reason: "daemon stopping" });
+      c.ws.close(1012, "daemon stopping");
+    }
+    this.wss.close();
+    this.server.closeAllConnections();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  private async onHttp(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? "/", "http://localhost");
+    const handler = this.routes.get(`${req.method} ${url.pathname}`);
+    try {
+      if (handler) return await handler(req, res, url);
+      res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: `not found: ${req.method} ${url.pathname}` }));
+    } catch (err) {
+      this.log.error({ err, path: url.pathname }, "http handler failed");
+      if (!res.headersSent) res.writeHead(500, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: "internal error" }));
+    }
+  }
+
+  private onConnection(ws: WebSocket): void {
+    const conn: Connection = { connId: randomUUID(), ws, state: "handshake", role: "operator", scopes: [], seq: 0 };
+    this.conns.add(conn);
+    const timer = setTimeout(() => {
+      if (conn.state === "handshake") ws.close(4008, "handshake timeout");
+    }, HANDSHAKE_TIMEOUT_MS);
+    ws.on("close", () => {
+      clearTimeout(timer);
+      this.conns.delete(conn);
+    });
+    ws.on("error", (err) => this.log.debug({ err: err.message, connId: conn.connId }, "socket error"));
+    ws.on("message", (data, isBinary) => void this.onFrame(conn, data as Buffer, isBinary));
+    ws.send(JSON.stringify({ type: "event", event: "connect.challenge", payload: { nonce: randomUUID(), ts: Date.now() } }));
+  }
+
+  private async onFrame(conn: Connection, data: Buffer, isBinary: boolean): Promise<void> {
+    const maxPayload = this.app.config.gateway.maxPayload;
+    if (data.length > maxPayload) {
+      return this.sendError(conn, guessId(data), { code: "INVALID_REQUEST", message: `frame too large: ${data.length} bytes (maxPayload ${maxPayload})` });
+    }
+    if (isBinary) return this.sendError(conn, null, { code: "INVALID_REQUEST", message: "binary frames are not supported; send JSON text frames" });
+    let raw: unknown;
+    try {
+      raw = JSON.parse(data.toString("utf8"));
+    } catch (err) {
+      return this.sendError(conn, guessId(data), { code: "INVALID_REQUEST", message: `invalid JSON: ${(err as Error).message}` }, conn.state === "handshake");
+    }
+    const parsed = RequestFrame.safeParse(raw);
+    if (!parsed.success) {
+      const id = typeof (raw as { id?: unknown })?.id === "string" ? (raw as { id: string }).id : null;
+      return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `invalid frame: ${describeZodError(parsed.error)}` }, conn.state === "handshake");
+    }
+    const frame = parsed.data;
+    if (conn.state === "handshake") return this.handshake(conn, frame.id, frame.method, frame.params);
+    await this.dispatch(conn, frame.id, frame.method, frame.params);
+  }
+
+  private handshake(conn: Connection, id: string, method: string, params: unknown): void {
+    if (method !== "connect") return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `first frame must be a "connect" request, got "${method}"` }, true);
+    const parsed = ConnectParams.safeParse(params ?? {});
+    if (!parsed.success) return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `invalid connect params: ${describeZodError(parsed.error)}` }, true);
+    const p = parsed.data;
+    const protocol = [...PROTOCOL_VERSIONS].reverse().find((v) => v >= p.minProtocol && v <= p.maxProtocol);
+    if (protocol === undefined) {
+      return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `protocol mismatch: server speaks ${PROTOCOL_VERSIONS.join(" and ")}, client asked ${p.minProtocol}..${p.maxProtocol}` }, true);
+    }
+    const expected = this.app.config.gateway.auth.token;
+    if (expected && !tokenMatches(expected, p.auth?.token)) {
+      this.log.warn({ connId: conn.connId, client: p.client.id }, "gateway connection refused: bad or missing token");
+      return this.sendError(conn, id, { code: "UNAUTHORIZED", message: p.auth?.token ? "invalid gateway token" : "gateway token required (auth.token)" }, true);
+    }
+    conn.state = "ready";
+    conn.role = p.role;
+    conn.scopes = p.role === "node" ? [] : p.scopes.length ? p.scopes : ["operator.read", "operator.write"];
+    if (p.role === "node") conn.nodeId = p.nodeId ?? p.client.instanceId ?? p.client.id;
+    const defaultAgentId = this.app.defaultAgentId;
+    this.sendRes(conn, {
+      type: "res",
+      id,
+      ok: true,
+      payload: {
+        type: "hello-ok",
+        protocol,
+        server: { version: this.version, connId: conn.connId },
+        features: { methods: Object.keys(Params), events: [...EVENTS] },
+        snapshot: { sessionDefaults: { defaultAgentId, mainKey: "main", mainSessionKey: this.app.canonicalKey("main", defaultAgentId), scope: this.app.config.session.scope } },
+        auth: { method: "token", role: conn.role, scopes: conn.scopes },
+        policy: { maxPayload: this.app.config.gateway.maxPayload, maxBufferedBytes: 16 * 1024 * 1024, tickIntervalMs: this.app.config.gateway.tickIntervalMs },
+      },
+    });
+  }
+
+  private async dispatch(conn: Connection, id: string, method: string, params: unknown): Promise<void> {
+    if (!(method in Params)) return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `unknown method: ${method}` });
+    const name = method as MethodName;
+    const needed = METHOD_SCOPES[name];
+    if (needed === "node" ? conn.role !== "node" : conn.role !== "operator" || !hasScope(conn.scopes, needed)) {
+      const missing = needed === "node" ? "role:node" : needed;
+      return this.sendError(conn, id, { code: "FORBIDDEN", message: `${method} requires ${missing}`, details: { missingScope: missing } });
+    }
+    const parsed = Params[name].safeParse(params ?? {});
+    if (!parsed.success) return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `invalid ${method} params: ${describeZodError(parsed.error)}` });
+    const ctx: CallContext = { connId: conn.connId, role: conn.role, nodeId: conn.nodeId, broadcast: (event, payload) => this.broadcast(event, payload) };
+    try {
+      const result = await (this.handlers[name] as (p: unknown, c: CallContext) => Promise<unknown>)(parsed.data, ctx);
+      if (isTwoPhase(result)) {
+        this.sendRes(conn, { type: "res", id, ok: true, payload: result.first });
+        const final = await result.final;
+        if (final.ok) this.sendRes(conn, { type: "res", id, ok: true, payload: final.payload });
+        else this.sendRes(conn, { type: "res", id, ok: false, error: toErrorShape(final.error), payload: final.payload });
+        return;
+      }
+      this.sendRes(conn, { type: "res", id, ok: true, payload: result });
+    } catch (err) {
+      if (!(err instanceof GatewayError)) this.log.error({ err, method }, "gateway method failed");
+      this.sendError(conn, id, toErrorShape(err));
+    }
+  }
+
+  private sendEvent(conn: Connection, event: string, payload: unknown): void {
+    if (conn.ws.readyState !== conn.ws.OPEN) return;
+    conn.ws.send(JSON.stringify({ type: "event", event, payload, seq: ++conn.seq }));
+  }
+
+  private sendRes(conn: Connection, frame: ResponseFrame): void {
+    if (conn.ws.readyState === conn.ws.OPEN) conn.ws.send(JSON.stringify(frame));
+  }
+
+  private sendError(conn: Connection, id: string | null, error: ErrorShape, close = false): void {
+    this.sendRes(conn, { type: "res", id: id ?? "", ok: false, error } as ResponseFrame);
+    if (close) conn.ws.close(1008, error.message.slice(0, 120));
+  }
+}
+
+function isTwoPhase(v: unknown): v is TwoPhase {
+  return typeof v === "object" && v !== null && (v as TwoPhase).kind === "two-phase";
+}
+
+function toErrorShape(err: unknown): ErrorShape {
+  if (err instanceof GatewayError) return { code: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) };
+  return { code: "UNAVAILABLE", message: err instanceof Error ? err.message : String(err) };
+}
+
+function tokenMatches(expected: string, given: string | undefined): boolean {
+  if (!given) return false;
+  const a = Buffer.from(expected);
+  const b = Buffer.from(given);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/** Best-effort request id from a frame we could not parse, so the error can be correlated. */
+function guessId(data: Buffer): string | null {
+  const m = /"id"\s*:\s*"([^"\\]{1,256})"/.exec(data.subarray(0, 4096).toString("utf8"));
+  return m ? m[1] : null;
+}

@@ -1,0 +1,48 @@
+/**
+ * Inbound message → (agentId, session key). Pure: bindings pick the agent (exact peer, then the
+ * thread's parent peer, then account, then channel, then the default agent); the key follows
+ * spec R1/R2 and `session.dmScope`.
+ */
+import type { InboundMessage } from "../channels/types.js";
+import type { Config } from "../config/schema.js";
+import { directSessionKey, groupSessionKey, normalizeAgentId, type SessionKey } from "../sessions/keys.js";
+
+export interface Route {
+  agentId: string;
+  sessionKey: SessionKey;
+  matchedBy: "binding.peer" | "binding.parent" | "binding.account" | "binding.channel" | "default";
+}
+
+export function defaultAgentId(config: Config): string {
+  return normalizeAgentId((config.agents.list.find((a) => a.default) ?? config.agents.list[0])?.id);
+}
+
+type InboundRouteFields = Pick<InboundMessage, "channel" | "accountId" | "chatType" | "peerId" | "threadId" | "parentPeerId">;
+
+export function resolveRoute(config: Config, msg: InboundRouteFields): Route {
+  const { agentId, matchedBy } = pickAgent(config, msg);
+  const sessionKey =
+    msg.chatType === "direct"
+      ? directSessionKey({ agentId, channel: msg.channel, accountId: msg.accountId, peerId: msg.peerId, threadId: msg.threadId, dmScope: config.session.dmScope, scope: config.session.scope })
+      : groupSessionKey({ agentId, channel: msg.channel, chatType: msg.chatType, peerId: msg.peerId, threadId: msg.threadId });
+  return { agentId, sessionKey, matchedBy };
+}
+
+function pickAgent(config: Config, msg: InboundRouteFields): { agentId: string; matchedBy: Route["matchedBy"] } {
+  const known = new Set(config.agents.list.map((a) => normalizeAgentId(a.id)));
+  // A binding without accountId matches only the default account; "*" matches any.
+  const candidates = config.bindings.filter(
+    (b) => b.match.channel === msg.channel && (b.match.accountId === "*" || (b.match.accountId ?? "default") === msg.accountId),
+  );
+  const tiers: Array<[Route["matchedBy"], (b: Config["bindings"][number]) => boolean]> = [
+    ["binding.peer", (b) => !!b.match.peer && b.match.peer.kind === msg.chatType && b.match.peer.id === msg.peerId],
+    ["binding.parent", (b) => !!b.match.peer && !!msg.parentPeerId && b.match.peer.id === msg.parentPeerId],
+    ["binding.account", (b) => !b.match.peer && b.match.accountId !== "*"],
+    ["binding.channel", (b) => !b.match.peer && b.match.accountId === "*"],
+  ];
+  for (const [matchedBy, test] of tiers) {
+    const hit = candidates.find(test);
+    if (hit && known.has(normalizeAgentId(hit.agentId))) return { agentId: normalizeAgentId(hit.agentId), matchedBy };
+  }
+  return { agentId: defaultAgentId(config), matchedBy: "default" };
+}

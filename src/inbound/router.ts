@@ -1,0 +1,284 @@
+/**
+ * Channel-independent inbound flow (DESIGN "One picture"):
+ *   InboundMessage → dedupe + durable accept → command? → key → entry touch → transcript →
+ *   (policy allows?) run → reply through the outbox.
+ *
+ * Every inbound message is written to the `inbound` space before the adapter is told it was
+ * accepted, and marked done after its reply is in the outbox; after a crash, unfinished ones are
+ * processed again, and the deterministic outbox id (`reply:<inbound id>`) keeps the reply single.
+ * A denied session still records what was said (deny means "don't deliver", not "don't listen").
+ */
+import type pino from "pino";
+import type { ChannelAdapter, InboundMessage, NativeCommand, OutboundTarget } from "../channels/types.js";
+import type { Config } from "../config/schema.js";
+import type { AgentRuntime, RunOutcome } from "../agents/runtime.js";
+import type { Outbox } from "../delivery/outbox.js";
+import type { SessionStore } from "../sessions/session-store.js";
+import type { TranscriptStore } from "../sessions/transcript.js";
+import type { KvSpace } from "../store/kv.js";
+import { normalizeDeliveryContext, type SessionPatch } from "../sessions/entry.js";
+import { parseCommand } from "./command-parse.js";
+import { executeCommand, type CommandDeps } from "./commands.js";
+import { isOwner } from "./owners.js";
+import { resolveRoute, type Route } from "./route.js";
+
+interface InboundRecord {
+  id: string;
+  msg: InboundMessage;
+  state: "pending" | "recorded" | "done";
+  receivedAt: number;
+}
+
+export interface RouterDeps extends CommandDeps {
+  config: Config;
+  sessions: SessionStore;
+  transcripts: TranscriptStore;
+  runtime: AgentRuntime;
+  outbox: Outbox;
+  space: KvSpace<InboundRecord>;
+  adapter: (channel: string, accountId: string) => ChannelAdapter | undefined;
+  log: pino.Logger;
+  /** Telegram/Discord bot usernames, for `/cmd@BotName`. */
+  botUsername?: (channel: string, accountId: string) => string | undefined;
+}
+
+const DONE_RETENTION_MS = 24 * 3600_000;
+const MAX_DONE_IDS = 200_000;
+
+export class InboundRouter {
+  private readonly records = new Map<string, InboundRecord>();
+  /** Ids of finished messages (bounded), so a platform redelivery stays a no-op. */
+  private readonly doneIds = new Map<string, number>();
+  private readonly lanes = new Map<string, Promise<void>>();
+  private readonly inflight = new Set<Promise<void>>();
+
+  constructor(private readonly deps: RouterDeps) {}
+
+  /** Resume messages accepted before a restart but not finished. */
+  async start(): Promise<void> {
+    const rows = await this.deps.space.entries();
+    rows.sort((a, b) => a[1].receivedAt - b[1].receivedAt);
+    const now = Date.now();
+    for (const [, rec] of rows) {
+      if (rec.state === "done") {
+        // Done ids are remembered for a day so a platform redelivery stays a no-op.
+        if (now - rec.receivedAt > DONE_RETENTION_MS) await this.deps.space.delete(rec.id);
+        else this.rememberDone(rec.id, rec.receivedAt);
+        continue;
+      }
+      this.records.set(rec.id, rec);
+      this.deps.log.info({ inboundId: rec.id }, "resuming inbound message accepted before restart");
+      this.schedule(rec);
+    }
+  }
+
+  /** Adapter entry point: resolves once the message is durably accepted (or known). */
+  async accept(msg: InboundMessage): Promise<void> {
+    const id = `${msg.channel}:${msg.accountId}:${msg.messageId}`;
+    if (this.records.has(id) || this.doneIds.has(id)) {
+      this.deps.log.debug({ inboundId: id }, "duplicate inbound ignored");
+      return;
+    }
+    const rec: InboundRecord = { id, msg, state: "pending", receivedAt: Date.now() };
+    this.records.set(id, rec);
+    await this.deps.space.set(id, rec);
+    this.schedule(rec);
+  }
+
+  /** Wait for everything accepted so far to finish (tests, shutdown). */
+  async idle(): Promise<void> {
+    while (this.inflight.size) await Promise.all(this.inflight);
+  }
+
+  /** A native slash command: answered to the invoker only, acting on the chat it was used in. */
+  async nativeCommand(cmd: NativeCommand): Promise<string> {
+    const { config, log } = this.deps;
+    const origin = { ...cmd.origin, text: cmd.text, wasMentioned: true } as InboundMessage;
+    const route = resolveRoute(config, origin);
+    const parsed = parseCommand(cmd.text);
+    if (!parsed) return `Unknown command: ${cmd.text}`;
+    if (!isOwner(config, origin.channel, origin.senderId)) {
+      log.warn({ channel: origin.channel, senderId: origin.senderId, sessionKey: route.sessionKey, command: parsed.name }, "native command from non-owner refused");
+      return "⛔ Not allowed: only owners can use this command.";
+    }
+    await this.touch(route, origin);
+    const result = await executeCommand(parsed, { sessionKey: route.sessionKey, agentId: route.agentId, channel: origin.channel }, this.deps);
+    if (result.continueWith) await this.accept({ ...origin, text: result.continueWith, messageId: `${origin.messageId}:continue` });
+    return result.reply;
+  }
+
+  /**
+   * Web chat / operator `chat.send` (the gateway already checked the token, scope and R29). The
+   * operator is authenticated, so commands are allowed; the reply goes back to web chat through
+   * the outbox, addressed to the session, with the runId as the message it answers.
+   */
+  async chatSend(p: { sessionKey: string; agentId: string; text: string; runId: string }): Promise<{ kind: "command"; reply: string } | { kind: "run"; done: Promise<RunOutcome> }> {
+    const { sessions, transcripts, outbox } = this.deps;
+    const command = parseCommand(p.text);
+    const scope = { sessionKey: p.sessionKey, agentId: p.agentId, channel: "webchat" as const };
+    if (command) {
+      const result = await executeCommand(command, scope, this.deps);
+      if (result.continueWith) this.chatSend({ ...p, text: result.continueWith, runId: `${p.runId}:continue` }).catch((err: unknown) => this.deps.log.error({ err }, "continuing /new failed"));
+      return { kind: "command", reply: result.reply };
+    }
+    const existing = sessions.get(p.sessionKey);
+    // Only a web-chat-born session takes web chat as its route; an operator typing into a
+    // Telegram group's session must not redirect that group's replies to the browser.
+    const ownRoute = !existing?.deliveryContext || existing.deliveryContext.channel === "webchat";
+    const entry = await sessions.upsert(
+      p.sessionKey,
+      p.agentId,
+      ownRoute ? { lastChannel: "webchat", lastTo: p.sessionKey, lastAccountId: "default", deliveryContext: { channel: "webchat", to: p.sessionKey, accountId: "default" }, ...(existing?.chatType ? {} : { chatType: "direct" as const }) } : {},
+    );
+    await transcripts.appendMessage(
+      { path: sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key },
+      { role: "user", content: p.text, timestamp: Date.now(), provenance: { kind: "external_user" }, sender: { id: "operator", channel: "webchat" } },
+    );
+    const { done } = this.deps.runtime.start({ sessionKey: p.sessionKey, agentId: p.agentId, message: p.text, runId: p.runId, userMessageRecorded: true, origin: { channel: "webchat", to: p.sessionKey, accountId: "default" } });
+    const delivered = done.then(async (outcome) => {
+      if (outcome.status === "ok" && outcome.reply && outcome.reply !== "NO_REPLY") {
+        await outbox.enqueue({ id: `reply:webchat:${p.runId}`, sessionKey: p.sessionKey, target: { channel: "webchat", accountId: "default", to: p.sessionKey, replyToMessageId: p.runId }, text: outcome.reply, kind: "reply" });
+      }
+      return outcome;
+    });
+    return { kind: "run", done: delivered };
+  }
+
+  private schedule(rec: InboundRecord): void {
+    const route = resolveRoute(this.deps.config, rec.msg);
+    // Commands bypass the session lane: `/stop` must not wait behind the run it stops.
+    const isCommand = this.commandOf(rec.msg) !== null;
+    const prev = isCommand ? Promise.resolve() : this.lanes.get(route.sessionKey) ?? Promise.resolve();
+    const run = prev.then(() => this.process(rec, route)).catch((err: unknown) => {
+      this.deps.log.error({ err, inboundId: rec.id, sessionKey: route.sessionKey }, "inbound processing failed");
+    });
+    if (!isCommand) this.lanes.set(route.sessionKey, run);
+    this.inflight.add(run);
+    void run.finally(() => {
+      this.inflight.delete(run);
+      if (this.lanes.get(route.sessionKey) === run) this.lanes.delete(route.sessionKey);
+    });
+  }
+
+  private commandOf(msg: InboundMessage) {
+    if (msg.forwarded || msg.edited) return null;
+    return parseCommand(msg.text, { botUsername: this.deps.botUsername?.(msg.channel, msg.accountId) });
+  }
+
+  private async process(rec: InboundRecord, route: Route): Promise<void> {
+    const { msg } = rec;
+    const { config, sessions, transcripts, outbox } = this.deps;
+    const log = this.deps.log.child({ channel: msg.channel, accountId: msg.accountId, sessionKey: route.sessionKey, inboundId: rec.id });
+    const target: OutboundTarget = { channel: msg.channel, accountId: msg.accountId, to: msg.to, ...(msg.threadId ? { threadId: msg.threadId } : {}) };
+    const command = this.commandOf(msg);
+    if (command) {
+      if (!isOwner(config, msg.channel, msg.senderId)) {
+        // Ignored, never answered, never run as a prompt (interfaces §5).
+        log.warn({ senderId: msg.senderId, command: command.name }, "command from non-owner ignored");
+        return this.finish(rec);
+      }
+      await this.touch(route, msg);
+      const result = await executeCommand(command, { sessionKey: route.sessionKey, agentId: route.agentId, channel: msg.channel }, this.deps);
+      await outbox.enqueue({ id: `cmd:${rec.id}`, sessionKey: route.sessionKey, target, text: result.reply, kind: "command", ownerCommandAnswer: true });
+      if (result.continueWith) await this.accept({ ...msg, text: result.continueWith, messageId: `${msg.messageId}:continue` });
+      return this.finish(rec);
+    }
+
+    if (rec.state === "pending") {
+      const entry = await this.touch(route, msg);
+      await transcripts.appendMessage(
+        { path: sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key },
+        { role: "user", content: msg.text, timestamp: msg.timestamp || Date.now(), provenance: { kind: "external_user" }, sender: { id: msg.senderId, ...(msg.senderName ? { name: msg.senderName } : {}), channel: msg.channel } },
+      );
+      rec.state = "recorded";
+      await this.deps.space.set(rec.id, rec);
+    }
+
+    if (msg.chatType !== "direct" && this.requiresMention(msg) && !msg.wasMentioned) {
+      log.debug("group message recorded; not mentioned, no run");
+      return this.finish(rec);
+    }
+    const verdict = outbox.evaluate(route.sessionKey, target);
+    if (verdict.decision === "deny") {
+      log.info({ reason: verdict.reason }, "inbound recorded; no run (send policy deny)");
+      return this.finish(rec);
+    }
+    const replyId = `reply:${rec.id}`;
+    if (!outbox.get(replyId)) {
+      const outcome = await this.runWithTyping(route, msg, rec.id, target);
+      const text = replyText(outcome);
+      if (text) await outbox.enqueue({ id: replyId, sessionKey: route.sessionKey, target, text, kind: "reply" });
+    }
+    return this.finish(rec);
+  }
+
+  private async runWithTyping(route: Route, msg: InboundMessage, inboundId: string, target: OutboundTarget): Promise<RunOutcome> {
+    const adapter = this.deps.adapter(msg.channel, msg.accountId);
+    const typing = () => void adapter?.typing?.(target).catch(() => undefined);
+    typing();
+    const timer = setInterval(typing, 6000);
+    try {
+      const { done } = this.deps.runtime.start({
+        sessionKey: route.sessionKey,
+        agentId: route.agentId,
+        message: msg.text,
+        runId: `in-${inboundId}`,
+        userMessageRecorded: true,
+        origin: normalizeDeliveryContext(target),
+      });
+      return await done;
+    } finally {
+      clearInterval(timer);
+    }
+  }
+
+  private requiresMention(msg: InboundMessage): boolean {
+    if (msg.channel === "webchat") return false;
+    const ch = this.deps.config.channels[msg.channel];
+    if (!ch) return true;
+    if (msg.channel === "telegram") {
+      const groups = this.deps.config.channels.telegram?.groups ?? {};
+      const perGroup = groups[msg.peerId]?.requireMention ?? groups["*"]?.requireMention;
+      if (perGroup !== undefined) return perGroup;
+    }
+    return ch.requireMention;
+  }
+
+  /** Record where the conversation is and who it is (lastChannel, lastTo, deliveryContext…). */
+  private async touch(route: Route, msg: InboundMessage) {
+    const deliveryContext = normalizeDeliveryContext({ channel: msg.channel, to: msg.to, accountId: msg.accountId, threadId: msg.threadId });
+    const patch: SessionPatch = {
+      chatType: msg.chatType,
+      lastChannel: msg.channel,
+      lastTo: msg.to,
+      lastAccountId: msg.accountId,
+      ...(msg.threadId ? { lastThreadId: msg.threadId } : {}),
+      ...(deliveryContext ? { deliveryContext } : {}),
+    };
+    if (msg.chatType !== "direct") {
+      patch.channel = msg.channel;
+      if (msg.groupName) patch.displayName = msg.groupName;
+    } else if (msg.senderName) {
+      patch.displayName = msg.senderName;
+    }
+    return this.deps.sessions.upsert(route.sessionKey, route.agentId, patch);
+  }
+
+  private async finish(rec: InboundRecord): Promise<void> {
+    rec.state = "done";
+    await this.deps.space.set(rec.id, rec);
+    this.records.delete(rec.id);
+    this.rememberDone(rec.id, rec.receivedAt);
+  }
+
+  private rememberDone(id: string, at: number): void {
+    this.doneIds.set(id, at);
+    if (this.doneIds.size > MAX_DONE_IDS) this.doneIds.delete(this.doneIds.keys().next().value as string);
+  }
+}
+
+/** What the chat sees: the reply, or a short notice when the run failed (never silence). */
+export function replyText(outcome: RunOutcome): string {
+  if (outcome.status === "ok") return outcome.reply === "NO_REPLY" ? "" : outcome.reply;
+  return `⚠️ ${outcome.error}`;
+}

@@ -1,0 +1,150 @@
+/**
+ * The `switchboard` CLI (interfaces §1): start, config check, sessions, status.
+ */
+import { randomUUID } from "node:crypto";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { Command } from "commander";
+import { ConfigError, loadConfigFile } from "./config/load.js";
+import type { Config } from "./config/schema.js";
+import { createLogger, secretsOf } from "./log.js";
+import { GatewayClient } from "./gateway/client.js";
+import { VERSION } from "./version.js";
+
+const DEFAULT_CONFIG = fileURLToPath(new URL("../config/default.json5", import.meta.url));
+
+function configPath(opt?: string): string {
+  return path.resolve(opt ?? process.env.SWITCHBOARD_CONFIG ?? DEFAULT_CONFIG);
+}
+
+function loadOrExit(file: string): Config {
+  try {
+    return loadConfigFile(file);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+}
+
+const program = new Command().name("switchboard").description("Connects chat platforms to AI agents.").version(VERSION);
+
+program
+  .command("start")
+  .description("run the daemon")
+  .option("-c, --config <file>", "config file (JSON5)")
+  .option("-s, --state-dir <dir>", "state directory (overrides config stateDir)")
+  .action(async (opts: { config?: string; stateDir?: string }) => {
+    const file = configPath(opts.config);
+    if (opts.stateDir) process.env.SWITCHBOARD_STATE_DIR = opts.stateDir;
+    const config = loadOrExit(file);
+    const log = createLogger({ level: config.log.level, secrets: secretsOf(config) });
+    const { createFullDaemon } = await import("./full-daemon.js");
+    const daemon = createFullDaemon({ config, log });
+    let stopping = false;
+    const stop = async (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      log.info({ signal }, "signal received");
+      try {
+        await daemon.stop();
+        log.flush();
+        process.exit(0);
+      } catch (err) {
+        log.error({ err }, "error while stopping");
+        process.exit(1);
+      }
+    };
+    process.on("SIGINT", () => void stop("SIGINT"));
+    process.on("SIGTERM", () => void stop("SIGTERM"));
+    process.on("unhandledRejection", (err) => log.error({ err }, "unhandled rejection (daemon keeps running)"));
+    try {
+      await daemon.start();
+    } catch (err) {
+      log.fatal({ err: (err as Error).message }, "daemon failed to start");
+      log.flush();
+      process.exit(1);
+    }
+  });
+
+const configCmd = program.command("config").description("configuration");
+configCmd
+  .command("check")
+  .description("validate a config file and print every error with its path")
+  .option("-c, --config <file>", "config file (JSON5)")
+  .action((opts: { config?: string }) => {
+    const file = configPath(opts.config);
+    try {
+      loadConfigFile(file);
+      process.stdout.write(`config ok: ${file}\n`);
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      process.stderr.write(`${err.message}\n`);
+      process.exitCode = 2;
+    }
+  });
+
+interface ClientOpts {
+  url?: string;
+  token?: string;
+  json?: boolean;
+}
+
+function withClient(opts: ClientOpts) {
+  return new GatewayClient({ url: opts.url ?? process.env.SWITCHBOARD_URL ?? "ws://127.0.0.1:18789/", token: opts.token ?? process.env.SWITCHBOARD_GATEWAY_TOKEN });
+}
+
+async function call(opts: ClientOpts, method: string, params: unknown, render: (payload: any) => string): Promise<void> {
+  const client = withClient(opts);
+  try {
+    await client.connect();
+    const payload = await client.request(method, params, { expectFinal: true });
+    process.stdout.write(opts.json ? `${JSON.stringify(payload, null, 2)}\n` : `${render(payload)}\n`);
+  } catch (err) {
+    process.stderr.write(`error: ${(err as Error).message}\n`);
+    process.exitCode = 1;
+  } finally {
+    client.close();
+  }
+}
+
+const clientOptions = (cmd: Command) => cmd.option("--url <url>", "gateway URL (ws://127.0.0.1:18789/)").option("--token <token>", "gateway token (or SWITCHBOARD_GATEWAY_TOKEN)").option("--json", "print JSON");
+
+const sessions = program.command("sessions").description("inspect and steer sessions through the gateway");
+clientOptions(sessions.command("list").description("list sessions, newest first").option("--limit <n>", "rows", "50").option("--kinds <kinds>", "comma-separated kinds")).action(
+  (opts: ClientOpts & { limit: string; kinds?: string }) =>
+    call(opts, "sessions.list", { limit: Number(opts.limit), ...(opts.kinds ? { kinds: opts.kinds.split(",") } : {}) }, (p) =>
+      p.sessions.map((s: any) => `${s.key}\t${s.kind}\t${s.channel}\t${new Date(s.updatedAt).toISOString()}${s.sendPolicy ? `\tsendPolicy=${s.sendPolicy}` : ""}`).join("\n") || "(no sessions)",
+    ),
+);
+clientOptions(sessions.command("history <sessionKey>").description("print a session's transcript").option("--limit <n>", "messages", "50")).action((key: string, opts: ClientOpts & { limit: string }) =>
+  call(opts, "chat.history", { sessionKey: key, limit: Number(opts.limit) }, (p) =>
+    p.messages.map((m: any) => `${m.role}: ${typeof m.content === "string" ? m.content : m.content.filter((b: any) => b.type === "text").map((b: any) => b.text).join("") || JSON.stringify(m.content)}`).join("\n") || "(empty)",
+  ),
+);
+clientOptions(
+  sessions
+    .command("patch <sessionKey>")
+    .description("change a session: --send-policy allow|deny|inherit, --label, --model")
+    .option("--send-policy <mode>", "allow | deny | inherit")
+    .option("--label <label>", "label")
+    .option("--model <ref>", "model override (provider/model)"),
+).action((key: string, opts: ClientOpts & { sendPolicy?: string; label?: string; model?: string }) =>
+  call(opts, "sessions.patch", { key, ...(opts.sendPolicy ? { sendPolicy: opts.sendPolicy === "inherit" ? null : opts.sendPolicy } : {}), ...(opts.label ? { label: opts.label } : {}), ...(opts.model ? { model: opts.model } : {}) }, (p) => `${p.key}: sendPolicy=${p.entry.sendPolicy ?? "inherit"}`),
+);
+clientOptions(sessions.command("send <sessionKey> <message>").description("run the agent of a session with a message and print its reply")).action((key: string, message: string, opts: ClientOpts) =>
+  call(opts, "agent", { sessionKey: key, message, idempotencyKey: randomUUID() }, (p) => p.result?.reply ?? JSON.stringify(p)),
+);
+clientOptions(program.command("status").description("channel health, run counts, queue depth")).action((opts: ClientOpts) =>
+  call(opts, "health", {}, (p) =>
+    [
+      `switchboard ${p.version} — up ${Math.round(p.uptimeMs / 1000)} s, ${p.sessions} sessions, model ${p.model ?? "none"}`,
+      `runs: ${p.runs.running} running, ${p.runs.queued} queued; outbox: ${p.outbox.pending} pending`,
+      ...Object.entries(p.channels).map(([name, h]: [string, any]) => `${name}: ${h.connected ? "connected" : "disconnected"}${h.lastInboundAt ? `, last inbound ${new Date(h.lastInboundAt).toISOString()}` : ""}${h.lastError ? `, last error: ${h.lastError}` : ""}`),
+    ].join("\n"),
+  ),
+);
+
+await program.parseAsync(process.argv);

@@ -1,0 +1,25 @@
+/**
+ * What an agent tool is, seen from the runtime: a JSON-schema function (numbers as `number`, no
+ * top-level anyOf — some providers reject both) and an executor that returns a JSON payload.
+ */
+import type { DeliveryContext } from "../sessions/entry.js";
+
+export interface ToolContext {
+  /** Canonical key of the calling session. */
+  sessionKey: string;
+  agentId: string;
+  runId: string;
+  /** Where the calling conversation's replies go (captured for sub-agent announces). */
+  origin?: DeliveryContext;
+  signal: AbortSignal;
+}
+
+export interface AgentTool {
+  name: string;
+  description: string;
+  parameters: Record<string, unknown>;
+  execute(args: unknown, ctx: ToolContext): Promise<unknown>;
+}
+
+/** The tools a run in `sessionKey` may use. */
+export type ToolSource = (scope: { sessionKey: string; agentId: string }) => AgentTool[];

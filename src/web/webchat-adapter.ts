@@ -1,0 +1,32 @@
+/**
+ * The `webchat` channel: the browser page talks to the gateway; deliveries to web chat (replies
+ * to `chat.send`, announces, `send`) reach the page as `chat` events, still through the outbox.
+ * `to` is the session key the page shows; `replyToMessageId` carries the runId being answered.
+ */
+import { randomUUID } from "node:crypto";
+import type { ChannelAdapter, ChannelHealth, OutboundTarget, SendReceipt } from "../channels/types.js";
+
+export function createWebchatAdapter(broadcast: (event: string, payload: unknown) => void): ChannelAdapter {
+  return {
+    channel: "webchat",
+    accountId: "default",
+    textChunkLimit: 100_000,
+    async start() {},
+    async stop() {},
+    async send(target: OutboundTarget, text: string): Promise<SendReceipt> {
+      const messageId = randomUUID();
+      broadcast("chat", {
+        ...(target.replyToMessageId ? { runId: target.replyToMessageId } : {}),
+        sessionKey: target.to,
+        state: "final",
+        messageId,
+        message: { role: "assistant", content: [{ type: "text", text }], timestamp: Date.now() },
+      });
+      return { messageId };
+    },
+    health(): ChannelHealth {
+      // Web chat has no platform connection; inbound arrives as gateway calls.
+      return { connected: true, lastInboundAt: null, lastError: null };
+    },
+  };
+}
