@@ -1,0 +1,26 @@
+/** Every Baileys send failure becomes one PlatformError, decided here and nowhere else (style §5). */
+import { PlatformError } from "../../src/channels/types.js";
+import { statusCodeOf } from "./reconnect.js";
+
+export function toPlatformError(err: unknown): PlatformError {
+  if (err instanceof PlatformError) return err;
+  const status = statusCodeOf(err);
+  const message = `send failed${status ? ` (${status})` : ""}: ${err instanceof Error ? err.message : String(err)}`;
+  const opts = { cause: err };
+  switch (status) {
+    case 429:
+      return new PlatformError("whatsapp", "rate_limited", message, opts);
+    case 401:
+      return new PlatformError("whatsapp", "auth", message, opts);
+    case 403:
+      return new PlatformError("whatsapp", "forbidden", message, opts);
+    case 404:
+      return new PlatformError("whatsapp", "not_found", message, opts);
+    // A malformed request stays malformed; retrying it would only burn the outbox's attempts.
+    case 400:
+      return new PlatformError("whatsapp", "invalid", message, opts);
+    // Baileys reports a dropped socket as 408/428 and timeouts without a status: all retryable.
+    default:
+      return new PlatformError("whatsapp", "transport", message, opts);
+  }
+}

@@ -1,0 +1,180 @@
+import * as baileys from "@whiskeysockets/baileys";
+import type { AuthenticationState, UserFacingSocketConfig } from "@whiskeysockets/baileys";
+import { createServer } from "node:net";
+import { pino } from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { loadKvAuthState, resetKvAuthState } from "../../adapters/whatsapp/auth-state.js";
+import { createWhatsAppAdapter } from "../../adapters/whatsapp/index.js";
+import type { AdapterKv, ChannelAdapter } from "../../src/channels/types.js";
+import { ConfigSchema } from "../../src/config/schema.js";
+import { FakeWhatsApp, memoryKv } from "../fakes/whatsapp-socket.js";
+
+const log = pino({ level: "silent" });
+
+async function waitFor(cond: () => boolean, what: string, timeoutMs = 2_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+const bytes = (...values: number[]) => Uint8Array.from(values);
+
+/** What a completed QR pairing plus some Signal traffic leaves behind in the key store. */
+async function writeSampleKeys(auth: AuthenticationState): Promise<void> {
+  await auth.keys.set({
+    "pre-key": { "1": { public: bytes(1, 2, 3), private: bytes(4, 5, 6) }, "2": { public: bytes(7), private: bytes(8) } },
+    session: { "15551234567.0": Buffer.from("session-bytes") },
+    "lid-mapping": { "15551234567": "123456789012345" },
+    "app-state-sync-key": { AAAA: { keyData: bytes(9, 9, 9), timestamp: 1_700_000_000 } },
+  });
+}
+
+describe("kv-backed Baileys auth state", () => {
+  it("starts from fresh creds and round-trips creds and keys with their Buffers intact", async () => {
+    const kv = memoryKv();
+    const first = await loadKvAuthState(kv, baileys);
+    expect(first.state.creds.registered).toBe(false);
+    await first.saveCreds({ registered: true, me: { id: "15550000001:7@s.whatsapp.net", name: "Bot" } });
+    await writeSampleKeys(first.state);
+
+    const second = await loadKvAuthState(kv, baileys);
+    const [a, b] = [first.state.creds, second.state.creds];
+    expect(b.registered).toBe(true);
+    expect(b.me?.id).toBe("15550000001:7@s.whatsapp.net");
+    expect(Buffer.isBuffer(b.noiseKey.private)).toBe(true);
+    expect(Buffer.from(b.noiseKey.private).equals(Buffer.from(a.noiseKey.private))).toBe(true);
+    expect(Buffer.from(b.signedPreKey.signature).equals(Buffer.from(a.signedPreKey.signature))).toBe(true);
+    expect(b.registrationId).toBe(a.registrationId);
+
+    const preKeys = await second.state.keys.get("pre-key", ["1", "2", "3"]);
+    expect(Object.keys(preKeys).sort()).toEqual(["1", "2"]);
+    expect(Buffer.isBuffer(preKeys["1"].private)).toBe(true);
+    expect([...preKeys["1"].private]).toEqual([4, 5, 6]);
+    const sessions = await second.state.keys.get("session", ["15551234567.0"]);
+    expect(Buffer.from(sessions["15551234567.0"]).toString()).toBe("session-bytes");
+    expect(await second.state.keys.get("lid-mapping", ["15551234567"])).toEqual({ "15551234567": "123456789012345" });
+    const sync = await second.state.keys.get("app-state-sync-key", ["AAAA"]);
+    expect(sync.AAAA).toBeInstanceOf(baileys.proto.Message.AppStateSyncKeyData);
+    expect([...(sync.AAAA.keyData ?? [])]).toEqual([9, 9, 9]);
+  });
+
+  it("deletes keys set to null (consumed pre-keys)", async () => {
+    const kv = memoryKv();
+    const auth = await loadKvAuthState(kv, baileys);
+    await writeSampleKeys(auth.state);
+    await auth.state.keys.set({ "pre-key": { "1": null } });
+    expect(Object.keys(await auth.state.keys.get("pre-key", ["1", "2"]))).toEqual(["2"]);
+  });
+
+  it("keeps creds writes in call order", async () => {
+    const kv = memoryKv();
+    const slowKv: AdapterKv = { ...kv, set: async (k, v) => (await new Promise((r) => setTimeout(r, Math.random() * 5)), kv.set(k, v)) };
+    const auth = await loadKvAuthState(slowKv, baileys);
+    await Promise.all([1, 2, 3, 4, 5].map((n) => auth.saveCreds({ nextPreKeyId: n })));
+    expect((await loadKvAuthState(kv, baileys)).state.creds.nextPreKeyId).toBe(5);
+  });
+
+  it("reset forgets the login: next load has new creds and an empty key space", async () => {
+    const kv = memoryKv();
+    const before = await loadKvAuthState(kv, baileys);
+    await before.saveCreds({ registered: true });
+    await writeSampleKeys(before.state);
+    await resetKvAuthState(kv);
+    const after = await loadKvAuthState(kv, baileys);
+    expect(after.generation).toBe(before.generation + 1);
+    expect(after.state.creds.registered).toBe(false);
+    expect(Buffer.from(after.state.creds.noiseKey.private).equals(Buffer.from(before.state.creds.noiseKey.private))).toBe(false);
+    expect(await after.state.keys.get("pre-key", ["1", "2"])).toEqual({});
+  });
+});
+
+describe("production socket factory across adapter restarts", () => {
+  const running: ChannelAdapter[] = [];
+  afterEach(async () => {
+    await Promise.all(running.splice(0).map((a) => a.stop()));
+  });
+
+  /** The adapter's default (production) factory, with only makeWASocket swapped for the fake. */
+  function adapterWithProductionFactory(kv: AdapterKv, wa: FakeWhatsApp, captured: UserFacingSocketConfig[]) {
+    const config = ConfigSchema.parse({ channels: { whatsapp: { enabled: true } } }).channels.whatsapp!;
+    const adapter = createWhatsAppAdapter(config, { kv, log, onInbound: async () => {} }, {
+      baileys: {
+        makeSocket: (cfg) => (captured.push(cfg), wa.newSocket()),
+        resolveVersion: async () => undefined, // no network in tests
+      },
+    });
+    running.push(adapter);
+    return adapter;
+  }
+
+  it("a second adapter sharing the kv resumes the first one's login (creds.update persisted, keys kept)", async () => {
+    const kv = memoryKv();
+    const wa = new FakeWhatsApp();
+    const captured: UserFacingSocketConfig[] = [];
+
+    const first = adapterWithProductionFactory(kv, wa, captured);
+    await first.start();
+    const auth1 = captured[0].auth;
+    expect(auth1.creds.registered).toBe(false);
+    expect(captured[0].browser).toEqual(baileys.Browsers.ubuntu("Switchboard"));
+    // What Baileys does when the QR is scanned: mutate creds and announce them on creds.update.
+    wa.current.ev.emit("creds.update", { registered: true, me: { id: "15550000001:7@s.whatsapp.net", name: "Bot" } });
+    await writeSampleKeys(auth1);
+    await waitFor(() => [...kv.data.keys()].some((k) => k.endsWith(":creds") && kv.data.get(k)!.includes('\\"registered\\":true')), "creds saved");
+    await first.stop();
+
+    const second = adapterWithProductionFactory(kv, wa, captured);
+    await second.start();
+    const auth2 = captured[1].auth;
+    expect(auth2.creds.registered).toBe(true);
+    expect(auth2.creds.me?.id).toBe("15550000001:7@s.whatsapp.net");
+    expect(Buffer.isBuffer(auth2.creds.signedIdentityKey.private)).toBe(true);
+    expect(Buffer.from(auth2.creds.signedIdentityKey.private).equals(Buffer.from(auth1.creds.signedIdentityKey.private))).toBe(true);
+    const sessions = await auth2.keys.get("session", ["15551234567.0"]);
+    expect(Buffer.isBuffer(sessions["15551234567.0"])).toBe(true);
+    const preKeys = await auth2.keys.get("pre-key", ["1"]);
+    expect(Buffer.isBuffer(preKeys["1"].public)).toBe(true);
+    expect([...preKeys["1"].public]).toEqual([1, 2, 3]);
+  });
+
+  it("answers Baileys' getMessage retries with the content of messages the adapter sent", async () => {
+    const wa = new FakeWhatsApp();
+    const captured: UserFacingSocketConfig[] = [];
+    const adapter = adapterWithProductionFactory(memoryKv(), wa, captured);
+    await adapter.start();
+    await waitFor(() => adapter.health().connected, "connected");
+    const receipt = await adapter.send({ channel: "whatsapp", accountId: "default", to: "15551234567@s.whatsapp.net" }, "retry me");
+    const getMessage = captured[0].getMessage!;
+    const content = await getMessage({ id: receipt.messageId, remoteJid: "15551234567@s.whatsapp.net", fromMe: true });
+    expect(content?.extendedTextMessage?.text).toBe("retry me");
+    expect(await getMessage({ id: "NEVER-SENT", remoteJid: "15551234567@s.whatsapp.net", fromMe: true })).toBeUndefined();
+  });
+
+  it("drives the REAL makeWASocket with the kv auth state: a refused dial (408) is retried with backoff", async () => {
+    // A port that was just free: the dial is refused locally, no WhatsApp server is contacted.
+    const port = await new Promise<number>((resolve) => {
+      const srv = createServer().listen(0, "127.0.0.1", () => {
+        const { port } = srv.address() as { port: number };
+        srv.close(() => resolve(port));
+      });
+    });
+    const sleeps: number[] = [];
+    const config = ConfigSchema.parse({ channels: { whatsapp: { enabled: true } } }).channels.whatsapp!;
+    const adapter = createWhatsAppAdapter(config, { kv: memoryKv(), log, onInbound: async () => {} }, {
+      sleep: async (ms) => void sleeps.push(ms),
+      random: () => 0,
+      baileys: {
+        resolveVersion: async () => undefined,
+        makeSocket: (cfg) => baileys.makeWASocket({ ...cfg, waWebSocketUrl: `ws://127.0.0.1:${port}` }),
+      },
+    });
+    running.push(adapter);
+    await adapter.start();
+    await waitFor(() => sleeps.length >= 2, "two backoff sleeps", 10_000);
+    expect(sleeps.slice(0, 2)).toEqual([2_000, 3_600]);
+    expect(adapter.health()).toMatchObject({ connected: false, lastError: expect.stringContaining("408") });
+    await adapter.stop();
+  });
+});

@@ -1,0 +1,64 @@
+import type { WAMessage, proto } from "@whiskeysockets/baileys";
+import { describe, expect, it } from "vitest";
+import { extractContent, mapInbound, type MapContext } from "../../adapters/whatsapp/map-message.js";
+
+describe("extractContent", () => {
+  it.each<[string, proto.IMessage | undefined, string | undefined, boolean]>([
+    ["conversation", { conversation: "hello" }, "hello", false],
+    ["extended text", { extendedTextMessage: { text: "see https://x.y" } }, "see https://x.y", false],
+    ["image caption", { imageMessage: { caption: "look" } }, "look", false],
+    ["video caption", { videoMessage: { caption: "watch" } }, "watch", false],
+    ["captioned document", { documentWithCaptionMessage: { message: { documentMessage: { caption: "doc" } } } }, "doc", false],
+    ["disappearing message", { ephemeralMessage: { message: { conversation: "poof" } } }, "poof", false],
+    ["view-once image", { viewOnceMessageV2: { message: { imageMessage: { caption: "once" } } } }, "once", false],
+    ["edit", { protocolMessage: { type: 14, editedMessage: { conversation: "fixed" } } }, "fixed", true],
+    ["image without caption", { imageMessage: {} }, undefined, false],
+    ["reaction", { reactionMessage: { text: "👍" } }, undefined, false],
+    ["revoke", { protocolMessage: { type: 0 } }, undefined, false],
+    ["blank text", { conversation: "   " }, undefined, false],
+    ["no message", undefined, undefined, false],
+  ])("%s", (_name, message, text, edited) => {
+    const content = extractContent(message);
+    expect(content?.text).toBe(text);
+    if (text !== undefined) expect(content?.edited).toBe(edited);
+  });
+});
+
+describe("mapInbound edge cases", () => {
+  const ctx: MapContext = {
+    accountId: "default",
+    self: { pn: "15550000001:7@s.whatsapp.net", lid: "90000000000001:7@lid" },
+    isOwnMessageId: (id) => id === "OURS",
+    lookupPn: async () => undefined,
+  };
+  const dm = (over: Partial<WAMessage> = {}): WAMessage => ({
+    key: { remoteJid: "15551234567@s.whatsapp.net", id: "M1", fromMe: false },
+    message: { conversation: "hi" },
+    messageTimestamp: 1_700_000_000,
+    ...over,
+  });
+
+  it("converts Long-like timestamps to milliseconds", async () => {
+    const long = { toString: () => "1700000000" } as unknown as WAMessage["messageTimestamp"];
+    expect((await mapInbound(dm({ messageTimestamp: long }), ctx))?.timestamp).toBe(1_700_000_000_000);
+  });
+
+  it("flags forwarded and edited messages so the core never runs them as commands", async () => {
+    const fwd = await mapInbound(dm({ message: { extendedTextMessage: { text: "/send off", contextInfo: { isForwarded: true } } } }), ctx);
+    expect(fwd?.forwarded).toBe(true);
+    const edit = await mapInbound(dm({ message: { protocolMessage: { type: 14, editedMessage: { conversation: "/new" } } } }), ctx);
+    expect(edit?.edited).toBe(true);
+    expect(edit?.text).toBe("/new");
+  });
+
+  it("drops group messages without a participant, newsletters and broadcast lists", async () => {
+    expect(await mapInbound(dm({ key: { remoteJid: "1203630@g.us", id: "G" } }), ctx)).toBeNull();
+    expect(await mapInbound(dm({ key: { remoteJid: "1203630@newsletter", id: "N" } }), ctx)).toBeNull();
+    expect(await mapInbound(dm({ key: { remoteJid: "1234@broadcast", id: "B", participant: "15551234567@s.whatsapp.net" } }), ctx)).toBeNull();
+  });
+
+  it("a DM quoting one of our message ids counts as a mention", async () => {
+    const reply = await mapInbound(dm({ message: { extendedTextMessage: { text: "yes", contextInfo: { stanzaId: "OURS" } } } }), ctx);
+    expect(reply?.wasMentioned).toBe(true);
+  });
+});

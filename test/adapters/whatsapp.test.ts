@@ -1,0 +1,363 @@
+import { pino } from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { createWhatsAppAdapter, type WhatsAppAdapterOptions } from "../../adapters/whatsapp/index.js";
+import { PlatformError, type AdapterContext, type ChannelAdapter, type InboundMessage, type OutboundTarget } from "../../src/channels/types.js";
+import { ConfigSchema, type WhatsAppConfig } from "../../src/config/schema.js";
+import { FakeWhatsApp, memoryKv, type FakeWhatsAppOptions } from "../fakes/whatsapp-socket.js";
+
+const SELF_PN = "15550000001:7@s.whatsapp.net";
+const SELF_LID = "90000000000001:7@lid";
+const ALICE_PN = "15551234567@s.whatsapp.net";
+const ALICE_LID = "123456789012345@lid";
+const GROUP = "120363021234567890@g.us";
+
+function whatsappConfig(over: Partial<WhatsAppConfig> = {}): WhatsAppConfig {
+  const cfg = ConfigSchema.parse({ channels: { whatsapp: { enabled: true } } }).channels.whatsapp!;
+  return { ...cfg, ...over };
+}
+
+async function waitFor(cond: () => boolean, what: string, timeoutMs = 2_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** Lets already-scheduled work run; used only before asserting that something did NOT happen. */
+const settle = () => new Promise((r) => setTimeout(r, 25));
+
+const running: ChannelAdapter[] = [];
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((a) => a.stop()));
+});
+
+function setup(opts: { fake?: FakeWhatsAppOptions; adapter?: WhatsAppAdapterOptions; config?: Partial<WhatsAppConfig> } = {}) {
+  const wa = new FakeWhatsApp({ self: { id: SELF_PN, lid: SELF_LID, name: "Switchboard" }, ...opts.fake });
+  const inbound: InboundMessage[] = [];
+  const sleeps: number[] = [];
+  const kv = memoryKv();
+  const ctx: AdapterContext = { onInbound: async (m) => void inbound.push(m), kv, log: pino({ level: "silent" }) };
+  const adapter = createWhatsAppAdapter(whatsappConfig(opts.config), ctx, {
+    socketFactory: wa.factory,
+    sleep: async (ms) => void sleeps.push(ms),
+    printQr: () => {},
+    ...opts.adapter,
+  });
+  running.push(adapter);
+  return { wa, inbound, sleeps, kv, adapter };
+}
+
+async function connected(opts: Parameters<typeof setup>[0] = {}) {
+  const s = setup(opts);
+  await s.adapter.start();
+  await waitFor(() => s.adapter.health().connected, "connected");
+  return s;
+}
+
+const target = (to: string): OutboundTarget => ({ channel: "whatsapp", accountId: "default", to });
+
+async function sendError(p: Promise<unknown>): Promise<PlatformError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(PlatformError);
+  return err as PlatformError;
+}
+
+describe("whatsapp adapter: inbound", () => {
+  it("maps a phone-JID DM to a direct chat keyed by E.164", async () => {
+    const { wa, inbound, adapter } = await connected();
+    const msg = wa.injectText({ chatJid: "15551234567:3@s.whatsapp.net", text: "hello", pushName: "Alice", timestampSec: 1_700_000_000 });
+    await waitFor(() => inbound.length === 1, "inbound");
+    expect(inbound[0]).toMatchObject({
+      channel: "whatsapp",
+      accountId: "default",
+      chatType: "direct",
+      peerId: "+15551234567",
+      senderId: "+15551234567",
+      senderName: "Alice",
+      text: "hello",
+      messageId: msg.key.id,
+      to: ALICE_PN,
+      timestamp: 1_700_000_000_000,
+      wasMentioned: false,
+    });
+    expect(adapter.health().lastInboundAt).toEqual(expect.any(Number));
+  });
+
+  it("maps a LID DM carrying remoteJidAlt to the same identity as the phone JID, replying to the LID", async () => {
+    const { wa, inbound } = await connected();
+    wa.injectText({ chatJid: ALICE_PN, text: "from phone" });
+    wa.injectText({ chatJid: "123456789012345:2@lid", remoteJidAlt: ALICE_PN, text: "from lid" });
+    await waitFor(() => inbound.length === 2, "two inbound");
+    expect(inbound.map((m) => [m.peerId, m.senderId])).toEqual([
+      ["+15551234567", "+15551234567"],
+      ["+15551234567", "+15551234567"],
+    ]);
+    expect(inbound[1].to).toBe(ALICE_LID);
+  });
+
+  it("resolves LIDs without an Alt JID through learned pairs or Baileys' lidMapping, else keeps the LID", async () => {
+    const { wa, inbound } = await connected();
+    const bob = "222222222222222@lid";
+    const carol = "333333333333333@lid";
+    wa.setLidMapping(carol, "15557654321:0@s.whatsapp.net");
+    wa.injectText({ chatJid: ALICE_LID, remoteJidAlt: ALICE_PN, text: "teaches the pair" });
+    wa.injectText({ chatJid: ALICE_LID, text: "no alt this time" });
+    wa.injectText({ chatJid: carol, text: "mapped by signalRepository" });
+    wa.injectText({ chatJid: bob, text: "unknown lid" });
+    await waitFor(() => inbound.length === 4, "four inbound");
+    expect(inbound.map((m) => m.senderId)).toEqual(["+15551234567", "+15551234567", "+15557654321", bob]);
+    expect(inbound[3]).toMatchObject({ chatType: "direct", peerId: bob, to: bob });
+  });
+
+  it("maps a group message from a LID participant with participantAlt to the group peer and an E.164 sender", async () => {
+    const { wa, inbound } = await connected();
+    wa.injectText({ chatJid: GROUP, participant: "123456789012345:4@lid", participantAlt: ALICE_PN, text: "hi all" });
+    await waitFor(() => inbound.length === 1, "inbound");
+    expect(inbound[0]).toMatchObject({ chatType: "group", peerId: GROUP, senderId: "+15551234567", to: GROUP, wasMentioned: false });
+  });
+
+  it("detects mentions of our PN or LID and replies to our messages, not mentions of others", async () => {
+    const { wa, inbound, adapter } = await connected();
+    const ours = await adapter.send(target(GROUP), "I am the bot");
+    const from = { chatJid: GROUP, participant: ALICE_PN };
+    wa.injectText({ ...from, text: "@bot (lid)", mentionedJids: [SELF_LID] });
+    wa.injectText({ ...from, text: "@bot (pn)", mentionedJids: ["15550000001@s.whatsapp.net"] });
+    wa.injectText({ ...from, text: "reply to bot", quoted: { id: ours.messageId, participant: "15550000001@s.whatsapp.net" } });
+    wa.injectText({ ...from, text: "reply by id only", quoted: { id: ours.messageId } });
+    wa.injectText({ ...from, text: "@someone else", mentionedJids: ["15559999999@s.whatsapp.net"] });
+    wa.injectText({ ...from, text: "reply to someone else", quoted: { id: "OTHER", participant: "15559999999@s.whatsapp.net" } });
+    await waitFor(() => inbound.length === 6, "six inbound");
+    expect(inbound.map((m) => [m.text, m.wasMentioned])).toEqual([
+      ["@bot (lid)", true],
+      ["@bot (pn)", true],
+      ["reply to bot", true],
+      ["reply by id only", true],
+      ["@someone else", false],
+      ["reply to someone else", false],
+    ]);
+  });
+
+  it("ignores own echoes, fromMe messages, status broadcasts and history appends", async () => {
+    const { wa, inbound, adapter } = await connected();
+    await adapter.send(target(ALICE_PN), "our reply"); // the fake echoes it as append + fromMe
+    wa.injectText({ chatJid: ALICE_PN, text: "typed on the linked phone", fromMe: true });
+    wa.injectText({ chatJid: "status@broadcast", participant: ALICE_PN, text: "my status" });
+    wa.injectText({ chatJid: ALICE_PN, text: "old history", type: "append" });
+    wa.injectText({ chatJid: ALICE_PN, text: "marker" });
+    await waitFor(() => inbound.length >= 1, "marker");
+    await settle();
+    expect(inbound.map((m) => m.text)).toEqual(["marker"]);
+  });
+
+  it("goes through Baileys' real event buffer: buffered upserts arrive once flushed", async () => {
+    const { wa, inbound } = await connected();
+    wa.current.ev.buffer();
+    wa.injectText({ chatJid: ALICE_PN, text: "held back" });
+    await settle();
+    expect(inbound).toHaveLength(0);
+    wa.current.ev.flush();
+    await waitFor(() => inbound.length === 1, "flushed inbound");
+    expect(inbound[0].text).toBe("held back");
+  });
+
+  it("learns group subjects in the background and reports them once known", async () => {
+    const { wa, inbound } = await connected();
+    wa.setGroupSubject(GROUP, "Family");
+    wa.injectText({ chatJid: GROUP, participant: ALICE_PN, text: "first" });
+    await waitFor(() => inbound.length === 1, "first");
+    await settle();
+    wa.injectText({ chatJid: GROUP, participant: ALICE_PN, text: "second" });
+    await waitFor(() => inbound.length === 2, "second");
+    expect(inbound[0].groupName).toBeUndefined();
+    expect(inbound[1].groupName).toBe("Family");
+  });
+});
+
+describe("whatsapp adapter: outbound", () => {
+  it("sends text, returns the WhatsApp message id and quotes the message it replies to", async () => {
+    const { wa, inbound, adapter } = await connected();
+    const incoming = wa.injectText({ chatJid: ALICE_PN, text: "question" });
+    await waitFor(() => inbound.length === 1, "inbound");
+    const receipt = await adapter.send({ ...target(inbound[0].to), replyToMessageId: incoming.key.id! }, "answer");
+    expect(wa.sent).toHaveLength(1);
+    expect(wa.sent[0]).toMatchObject({ jid: ALICE_PN, text: "answer", quotedId: incoming.key.id });
+    expect(receipt.messageId).toBe(wa.sent[0].message.key.id);
+  });
+
+  it("sends to an E.164 target (how owners are configured) as a phone JID", async () => {
+    const { wa, adapter } = await connected();
+    await adapter.send(target("+15551234567"), "hi owner");
+    expect(wa.sent[0].jid).toBe(ALICE_PN);
+    expect((await sendError(adapter.send(target("alice"), "x"))).code).toBe("invalid");
+  });
+
+  it.each([
+    [429, "rate_limited", true],
+    [401, "auth", false],
+    [403, "forbidden", false],
+    [404, "not_found", false],
+    [400, "invalid", false],
+    [500, "transport", true],
+    [408, "transport", true],
+  ] as const)("maps a send failure with status %i to %s", async (status, code, retryable) => {
+    const { wa, adapter } = await connected();
+    wa.failNextSends(1, status);
+    const err = await sendError(adapter.send(target(ALICE_PN), "x"));
+    expect(err.code).toBe(code);
+    expect(err.retryable).toBe(retryable);
+    expect(err.channel).toBe("whatsapp");
+    await expect(adapter.send(target(ALICE_PN), "again")).resolves.toMatchObject({ messageId: expect.any(String) });
+  });
+
+  it("refuses to send while disconnected with a retryable transport error", async () => {
+    const { wa, adapter } = setup({ fake: { autoOpen: false } });
+    await adapter.start();
+    const err = await sendError(adapter.send(target(ALICE_PN), "too early"));
+    expect(err.code).toBe("transport");
+    expect(err.message).toContain("not connected");
+    expect(err.retryable).toBe(true);
+    expect(wa.sent).toHaveLength(0);
+    wa.open();
+    await expect(adapter.send(target(ALICE_PN), "now")).resolves.toMatchObject({ messageId: expect.any(String) });
+  });
+
+  it("shows typing as a composing presence", async () => {
+    const { wa, adapter } = await connected();
+    await adapter.typing!(target(ALICE_LID));
+    expect(wa.presence).toEqual([{ type: "composing", jid: ALICE_LID }]);
+  });
+
+  it("paces sends per chat and globally, honouring configured limits", () => {
+    const { adapter } = setup();
+    expect(adapter.rateLimitsFor!(target("+15551234567"))).toEqual([
+      { key: `chat:${ALICE_PN}`, count: 1, intervalMs: 1_000 },
+      { key: "global", count: 20, intervalMs: 1_000 },
+    ]);
+    const strict = setup({ config: { rateLimit: { perChatPerSecond: 0.5, perChatPerMinute: 10, globalPerSecond: 5 } } }).adapter;
+    expect(strict.rateLimitsFor!(target(GROUP))).toEqual([
+      { key: `chat:${GROUP}`, count: 1, intervalMs: 2_000 },
+      { key: "global", count: 5, intervalMs: 1_000 },
+      { key: `chat:${GROUP}:minute`, count: 10, intervalMs: 60_000 },
+    ]);
+  });
+});
+
+describe("whatsapp adapter: connection lifecycle", () => {
+  it("hands the linking QR to the printer", async () => {
+    const qrs: string[] = [];
+    const { wa, adapter } = setup({ fake: { autoOpen: false }, adapter: { printQr: (qr) => void qrs.push(qr) } });
+    await adapter.start();
+    wa.showQr("2@QRDATA");
+    expect(qrs).toEqual(["2@QRDATA"]);
+  });
+
+  it("515 restartRequired: reconnects at once through the factory and messages keep flowing", async () => {
+    const { wa, inbound, sleeps, adapter } = await connected();
+    wa.drop(515, "Stream Errored (restart required)");
+    await waitFor(() => wa.factoryCallCount === 2 && adapter.health().connected, "reconnected");
+    expect(sleeps).toEqual([]);
+    expect(adapter.health().lastError).toContain("515");
+    wa.injectText({ chatJid: ALICE_PN, text: "after restart" });
+    await waitFor(() => inbound.length === 1, "inbound after restart");
+    expect(inbound[0].text).toBe("after restart");
+    await expect(adapter.send(target(ALICE_PN), "still here")).resolves.toMatchObject({ messageId: wa.sent[0].message.key.id });
+  });
+
+  it("401 loggedOut: stops for good, says so in health, fails sends permanently and forgets the dead login", async () => {
+    const { wa, sleeps, kv, adapter } = await connected();
+    wa.drop(401, "Connection Failure");
+    await waitFor(() => adapter.health().lastError !== null, "lastError");
+    await settle();
+    expect(wa.factoryCallCount).toBe(1);
+    expect(sleeps).toEqual([]);
+    expect(adapter.health()).toMatchObject({ connected: false, lastError: expect.stringContaining("logged out") });
+    const err = await sendError(adapter.send(target(ALICE_PN), "x"));
+    expect(err.code).toBe("auth");
+    expect(err.retryable).toBe(false);
+    await waitFor(() => kv.data.get("auth:generation") === "1", "auth state reset");
+  });
+
+  it("can be started again after a fatal disconnect", async () => {
+    const { wa, adapter } = await connected();
+    wa.drop(440);
+    await waitFor(() => adapter.health().lastError !== null, "halted");
+    await adapter.start();
+    await waitFor(() => wa.factoryCallCount === 2 && adapter.health().connected, "restarted");
+    await expect(adapter.send(target(ALICE_PN), "back")).resolves.toMatchObject({ messageId: expect.any(String) });
+  });
+
+  it("440 connectionReplaced: does not fight the other client", async () => {
+    const { wa, sleeps, adapter } = await connected();
+    wa.drop(440, "Stream Errored (conflict)");
+    await waitFor(() => adapter.health().lastError !== null, "lastError");
+    await settle();
+    expect(wa.factoryCallCount).toBe(1);
+    expect(sleeps).toEqual([]);
+    expect(adapter.health().lastError).toContain("replaced");
+  });
+
+  it("408 and friends: reconnects with growing backoff, reset after a healthy connection", async () => {
+    let clock = 1_000_000;
+    const { wa, sleeps, adapter } = await connected({ adapter: { now: () => clock, random: () => 0 } });
+    wa.drop(408, "Connection was lost");
+    await waitFor(() => wa.factoryCallCount === 2 && adapter.health().connected, "reconnect 1");
+    expect(adapter.health().lastError).toContain("408");
+    wa.drop(428, "Connection Terminated");
+    await waitFor(() => wa.factoryCallCount === 3 && adapter.health().connected, "reconnect 2");
+    expect(sleeps).toEqual([2_000, 3_600]);
+    clock += 61_000; // this connection counts as healthy
+    wa.drop(503);
+    await waitFor(() => wa.factoryCallCount === 4 && adapter.health().connected, "reconnect 3");
+    expect(sleeps).toEqual([2_000, 3_600, 2_000]);
+  });
+
+  it("keeps retrying with backoff when the factory itself fails during a reconnect", async () => {
+    const { wa, sleeps, adapter } = await connected({ adapter: { random: () => 0 } });
+    wa.failNextFactoryCalls(2);
+    wa.drop(500);
+    await waitFor(() => adapter.health().connected && wa.sockets.length === 2, "reconnected");
+    expect(wa.factoryCallCount).toBe(4);
+    expect(sleeps).toEqual([2_000, 3_600, 6_480]);
+  });
+
+  it("stop() cancels a pending reconnect promptly and ends the socket", async () => {
+    const never = () => new Promise<void>(() => {});
+    const { wa, adapter } = await connected({ adapter: { sleep: never } });
+    const first = wa.current;
+    wa.drop(408);
+    await waitFor(() => !adapter.health().connected, "disconnected");
+    const started = Date.now();
+    await adapter.stop();
+    expect(Date.now() - started).toBeLessThan(500);
+    await settle();
+    expect(wa.factoryCallCount).toBe(1);
+    expect(first.ended).toBe(true);
+  });
+
+  it("stop() then start() during a pending reconnect dials exactly once", async () => {
+    const never = () => new Promise<void>(() => {});
+    const { wa, adapter } = await connected({ adapter: { sleep: never } });
+    wa.drop(408);
+    await waitFor(() => !adapter.health().connected, "disconnected");
+    await adapter.stop();
+    await adapter.start();
+    await waitFor(() => adapter.health().connected, "connected again");
+    await settle();
+    expect(wa.factoryCallCount).toBe(2);
+    expect(wa.sockets.filter((s) => !s.ended)).toHaveLength(1);
+  });
+
+  it("stop() on a live connection ends the socket without scheduling a reconnect", async () => {
+    const { wa, sleeps, adapter } = await connected();
+    await adapter.stop();
+    await settle();
+    expect(wa.current.ended).toBe(true);
+    expect(wa.factoryCallCount).toBe(1);
+    expect(sleeps).toEqual([]);
+    expect(adapter.health().connected).toBe(false);
+  });
+});

@@ -1,0 +1,149 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import pino from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { PlatformError, type OutboundTarget } from "../../src/channels/types.js";
+import { Outbox, type OutboxRecord } from "../../src/delivery/outbox.js";
+import type { SendPolicyConfig } from "../../src/policy/send-policy.js";
+import type { SessionEntry } from "../../src/sessions/entry.js";
+import { SessionStore } from "../../src/sessions/session-store.js";
+import { TranscriptStore } from "../../src/sessions/transcript.js";
+import { openKvStore, type KvStore } from "../../src/store/kv.js";
+import { RecordingAdapter } from "../helpers/recording-adapter.js";
+
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+const target: OutboundTarget = { channel: "telegram", accountId: "default", to: "-100" };
+const KEY = "agent:main:telegram:group:-100";
+
+async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapter?: RecordingAdapter } = {}) {
+  const stateDir = opts.stateDir ?? mkdtempSync(path.join(os.tmpdir(), "sb-outbox-"));
+  if (!opts.stateDir) cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
+  const kv: KvStore = await openKvStore(`sqlite://${path.join(stateDir, "s.sqlite")}`, stateDir);
+  cleanups.push(() => kv.close());
+  const sessions = new SessionStore(kv.space<SessionEntry>("sessions"), stateDir);
+  await sessions.load();
+  const transcripts = new TranscriptStore();
+  const adapter = opts.adapter ?? new RecordingAdapter("telegram", "default", 50);
+  const outbox = new Outbox({
+    space: kv.space<OutboxRecord>("outbox"),
+    sessions,
+    transcripts,
+    policy: () => opts.policy ?? { rules: [], default: "allow" },
+    adapter: (channel) => (channel === "telegram" ? adapter : undefined),
+    log: pino({ level: "silent" }),
+    sleep: async () => {},
+  });
+  await outbox.start();
+  cleanups.push(() => outbox.stop());
+  return { outbox, adapter, sessions, transcripts, kv, stateDir };
+}
+
+describe("outbox — the one outbound gate", () => {
+  it("R30 D2 a session override deny suppresses delivery and records it in the transcript", async () => {
+    const { outbox, adapter, sessions, transcripts } = await setup();
+    const entry = await sessions.upsert(KEY, "main", { chatType: "group", channel: "telegram", sendPolicy: "deny" });
+    const { done } = await outbox.enqueue({ id: "r1", sessionKey: KEY, target, text: "secret", kind: "reply" });
+    expect(await done).toMatchObject({ status: "suppressed", reason: "session override" });
+    expect(adapter.sent).toEqual([]);
+    await transcripts.flush();
+    const lines = await transcripts.readLines(sessions.transcriptPath(entry));
+    expect(lines.find((l) => l.type === "delivery")).toMatchObject({ status: "suppressed", outboxId: "r1", text: "secret" });
+  });
+
+  it("R30 a config rule denies by channel and chat type; announces are gated too", async () => {
+    const { outbox, adapter, sessions } = await setup({ policy: { rules: [{ action: "deny", match: { channel: "telegram", chatType: "group" } }], default: "allow" } });
+    await sessions.upsert(KEY, "main", { chatType: "group", channel: "telegram" });
+    const { done } = await outbox.enqueue({ id: "a1", sessionKey: KEY, target, text: "announce", kind: "announce" });
+    expect((await done).status).toBe("suppressed");
+    expect(adapter.sent).toEqual([]);
+  });
+
+  it("the owner's own command answer is the single exception to deny", async () => {
+    const { outbox, adapter, sessions } = await setup();
+    await sessions.upsert(KEY, "main", { sendPolicy: "deny" });
+    const { done } = await outbox.enqueue({ id: "c1", sessionKey: KEY, target, text: "⚙️ Send policy set to off.", kind: "command", ownerCommandAnswer: true });
+    expect((await done).status).toBe("sent");
+    expect(adapter.textsTo("-100")).toEqual(["⚙️ Send policy set to off."]);
+  });
+
+  it("chunks to the channel limit and delivers the chunks in order", async () => {
+    const { outbox, adapter } = await setup();
+    const text = Array.from({ length: 12 }, (_, i) => `line ${i} ${"w".repeat(10)}`).join("\n");
+    const { done } = await outbox.enqueue({ id: "long", target, text, kind: "reply" });
+    const result = await done;
+    expect(result.status).toBe("sent");
+    expect(adapter.sent.length).toBeGreaterThan(1);
+    expect(adapter.sent.every((m) => m.text.length <= 50)).toBe(true);
+    expect(adapter.sent.map((m) => m.text).join("\n")).toBe(text);
+  });
+
+  it("a repeated idempotency id delivers once", async () => {
+    const { outbox, adapter } = await setup();
+    const a = await outbox.enqueue({ id: "same", target, text: "hi", kind: "send" });
+    const b = await outbox.enqueue({ id: "same", target, text: "hi", kind: "send" });
+    await a.done;
+    await b.done;
+    expect(adapter.sent).toHaveLength(1);
+  });
+
+  it("retries a rate-limited send (honouring retry_after) and delivers exactly once", async () => {
+    const { outbox, adapter } = await setup();
+    adapter.failures.push(new PlatformError("telegram", "rate_limited", "429 Too Many Requests", { retryAfterMs: 5 }), new PlatformError("telegram", "transport", "ECONNRESET"));
+    const { done } = await outbox.enqueue({ id: "retry", target, text: "hi", kind: "reply" });
+    expect((await done).status).toBe("sent");
+    expect(adapter.sent).toHaveLength(1);
+  });
+
+  it("a permanent platform error fails without retrying and is recorded", async () => {
+    const { outbox, adapter } = await setup();
+    adapter.failures.push(new PlatformError("telegram", "forbidden", "403 bot was blocked by the user"));
+    const { done } = await outbox.enqueue({ id: "blocked", target, text: "hi", kind: "reply" });
+    expect(await done).toMatchObject({ status: "failed", error: expect.stringContaining("blocked") });
+    expect(adapter.sent).toHaveLength(0);
+  });
+
+  it("after a crash mid-send the attempted chunk is reconciled, not re-sent, and the rest continue", async () => {
+    const first = await setup();
+    const record: OutboxRecord = {
+      id: "crashy",
+      target,
+      kind: "reply",
+      text: "a\nb",
+      chunks: ["part one", "part two", "part three"],
+      state: "sending",
+      next: 1,
+      attempted: 1,
+      messageIds: ["1"],
+      attempts: 2,
+      createdAt: Date.now(),
+      updatedAt: Date.now(),
+    };
+    await first.kv.space<OutboxRecord>("outbox").set("crashy", record);
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    const second = await setup({ stateDir: first.stateDir, adapter });
+    await new Promise<void>((resolve) => {
+      const check = () => (second.outbox.get("crashy")?.state === "sent" ? resolve() : setTimeout(check, 5));
+      check();
+    });
+    expect(adapter.sent.map((m) => m.text)).toEqual(["part three"]);
+    expect(second.outbox.get("crashy")?.unknownChunks).toEqual([1]);
+  });
+
+  it("a queued message survives a restart and is delivered after it", async () => {
+    const first = await setup();
+    const queued: OutboxRecord = { id: "q", target, kind: "reply", text: "still here", state: "queued", next: 0, messageIds: [], attempts: 0, createdAt: Date.now(), updatedAt: Date.now() };
+    await first.kv.space<OutboxRecord>("outbox").set("q", queued);
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    const second = await setup({ stateDir: first.stateDir, adapter });
+    await new Promise<void>((resolve) => {
+      const check = () => (second.outbox.get("q")?.state === "sent" ? resolve() : setTimeout(check, 5));
+      check();
+    });
+    expect(adapter.textsTo("-100")).toEqual(["still here"]);
+  });
+});

@@ -1,0 +1,29 @@
+import { describe, expect, it } from "vitest";
+import { resolveSendPolicy, type SendPolicyConfig, type SendPolicySubject } from "../../src/policy/send-policy.js";
+
+const discordGroupsDenied: SendPolicyConfig = { rules: [{ action: "deny", match: { channel: "discord", chatType: "group" } }], default: "allow" };
+
+describe("send policy", () => {
+  it.each<[string, SendPolicyConfig, SendPolicySubject, "allow" | "deny", string]>([
+    ["empty config allows", { rules: [], default: "allow" }, { sessionKey: "agent:main:main" }, "allow", "default"],
+    ["default deny", { rules: [], default: "deny" }, { sessionKey: "agent:main:main" }, "deny", "default"],
+    ["R27 override deny beats default allow", { rules: [], default: "allow" }, { override: "deny" }, "deny", "session override"],
+    ["R27 override allow beats a matching deny rule", discordGroupsDenied, { override: "allow", channel: "discord", chatType: "group" }, "allow", "session override"],
+    ["rule on channel+chatType denies", discordGroupsDenied, { channel: "discord", chatType: "group" }, "deny", "rule #1"],
+    ["rule does not match another chat type", discordGroupsDenied, { channel: "discord", chatType: "direct" }, "allow", "default"],
+    ["chat type derived from the key", discordGroupsDenied, { sessionKey: "agent:main:discord:group:1", channel: "discord" }, "deny", "rule #1"],
+    ["channel derived from a group key", discordGroupsDenied, { sessionKey: "agent:main:discord:group:1" }, "deny", "rule #1"],
+    ["keyPrefix matches", { rules: [{ action: "deny", match: { keyPrefix: "cron:" } }], default: "allow" }, { sessionKey: "cron:job-1" }, "deny", "rule #1"],
+    [
+      "first matching deny wins over an earlier allow",
+      { rules: [{ action: "allow", match: { channel: "telegram" } }, { action: "deny", match: { chatType: "group" } }], default: "deny" },
+      { channel: "telegram", chatType: "group" },
+      "deny",
+      "rule #2",
+    ],
+    ["a matching allow beats default deny", { rules: [{ action: "allow", match: { channel: "telegram" } }], default: "deny" }, { channel: "telegram", chatType: "direct" }, "allow", "rule #1"],
+    ["unset override inherits the config", discordGroupsDenied, { override: undefined, channel: "discord", chatType: "group" }, "deny", "rule #1"],
+  ])("R27–R30 %s", (_name, config, subject, decision, reason) => {
+    expect(resolveSendPolicy(config, subject)).toEqual({ decision, reason });
+  });
+});

@@ -1,0 +1,130 @@
+import { describe, expect, it } from "vitest";
+import {
+  canonicalizeKey,
+  classifySessionKind,
+  cronSessionKey,
+  deriveRowChannel,
+  directSessionKey,
+  displayKey,
+  groupSessionKey,
+  hookSessionKey,
+  looksLikeSessionKey,
+  nodeSessionKey,
+  normalizeAgentId,
+  subagentSessionKey,
+} from "../../src/sessions/keys.js";
+
+describe("session keys", () => {
+  it.each([
+    ["main", "per-sender", "agent:main:main"],
+    ["ops", "per-sender", "agent:ops:main"],
+    ["main", "global", "global"],
+  ] as const)("R1 direct chats with dmScope main go to the main bucket (agent %s, scope %s)", (agentId, scope, expected) => {
+    expect(directSessionKey({ agentId, channel: "telegram", peerId: "42", dmScope: "main", scope })).toBe(expected);
+  });
+
+  it.each([
+    ["per-peer", "agent:main:direct:42"],
+    ["per-channel-peer", "agent:main:telegram:direct:42"],
+    ["per-account-channel-peer", "agent:main:telegram:work:direct:42"],
+  ] as const)("session.dmScope %s isolates direct chats", (dmScope, expected) => {
+    expect(directSessionKey({ agentId: "main", channel: "telegram", accountId: "work", peerId: "42", dmScope })).toBe(expected);
+  });
+
+  it("a Telegram DM thread gets its own :thread: session", () => {
+    expect(directSessionKey({ agentId: "main", channel: "telegram", peerId: "42", threadId: "7", dmScope: "main" })).toBe("agent:main:main:thread:7");
+  });
+
+  it.each([
+    [{ channel: "telegram", chatType: "group", peerId: "-100123" }, "agent:main:telegram:group:-100123"],
+    [{ channel: "discord", chatType: "channel", peerId: "998877" }, "agent:main:discord:channel:998877"],
+    [{ channel: "whatsapp", chatType: "group", peerId: "12036@G.US" }, "agent:main:whatsapp:group:12036@g.us"],
+    [{ channel: "telegram", chatType: "group", peerId: "-100123", threadId: "99" }, "agent:main:telegram:group:-100123:topic:99"],
+  ] as const)("R2 group keys: %j → %s", (input, expected) => {
+    expect(groupSessionKey({ agentId: "main", ...input })).toBe(expected);
+  });
+
+  it("R3 R4 R5 internal sources keep their spec'd bare keys", () => {
+    expect(cronSessionKey("daily")).toBe("cron:daily");
+    expect(hookSessionKey("5f0c")).toBe("hook:5f0c");
+    expect(nodeSessionKey("Kitchen-Pi")).toBe("node-kitchen-pi");
+    expect(subagentSessionKey("Research", "ABC")).toBe("agent:research:subagent:abc");
+  });
+
+  it.each([
+    ["main", "agent:ops:main"],
+    ["MAIN", "agent:ops:main"],
+    ["agent:main:main", "agent:main:main"],
+    ["agent:ops:telegram:group:1", "agent:ops:telegram:group:1"],
+    ["agent:ops:cron:daily", "cron:daily"],
+    ["cron:daily", "cron:daily"],
+    ["hook:abc", "hook:abc"],
+    ["unknown", "unknown"],
+  ])("R1 canonicalisation: %s from agent ops → %s", (raw, expected) => {
+    expect(canonicalizeKey(raw, { agentId: "ops", scope: "per-sender" })).toBe(expected);
+  });
+
+  it("R6 with scope=global, main aliases to global and callers see main", () => {
+    const key = canonicalizeKey("main", { agentId: "main", scope: "global" });
+    expect(key).toBe("global");
+    expect(displayKey(key)).toBe("main");
+    expect(canonicalizeKey("agent:main:main", { agentId: "main", scope: "global" })).toBe("global");
+  });
+
+  it.each([
+    ["agent:main:main", "main"],
+    ["global", "main"],
+    ["agent:main:main:thread:7", "main"],
+    ["cron:daily", "cron"],
+    ["agent:main:cron:daily", "cron"],
+    ["hook:abc", "hook"],
+    ["node-pi", "node"],
+    ["agent:main:telegram:group:-1", "group"],
+    ["agent:main:discord:channel:9", "group"],
+    ["agent:main:subagent:abc", "other"],
+    ["agent:main:direct:42", "other"],
+  ])("kind classification on the part after agent:<id>: — %s is %s", (key, kind) => {
+    expect(classifySessionKind(key)).toBe(kind);
+  });
+
+  it.each([
+    ["agent:main:telegram:group:-1", { channel: "telegram" }, "telegram"],
+    ["agent:main:discord:channel:9", {}, "discord"],
+  ] as const)("R23 groups use the channel on the entry (%s)", (key, entry, expected) => {
+    expect(deriveRowChannel(key, entry)).toBe(expected);
+  });
+
+  it("R24 direct chats map channel from lastChannel (deliveryContext first)", () => {
+    expect(deriveRowChannel("agent:main:main", { lastChannel: "whatsapp" })).toBe("whatsapp");
+    expect(deriveRowChannel("agent:main:main", { lastChannel: "whatsapp", deliveryContext: { channel: "telegram" } })).toBe("telegram");
+  });
+
+  it.each(["cron:daily", "hook:x", "node-pi"])("R25 %s lists with channel internal", (key) => {
+    expect(deriveRowChannel(key, { lastChannel: "telegram" })).toBe("internal");
+  });
+
+  it("R26 without a recorded channel the row channel is unknown", () => {
+    expect(deriveRowChannel("agent:main:main", {})).toBe("unknown");
+    expect(deriveRowChannel("agent:main:subagent:x", {})).toBe("unknown");
+  });
+
+  it.each([
+    ["main", true],
+    ["agent:main:main", true],
+    ["cron:x", true],
+    ["node-x", true],
+    ["discord:group:dev", true],
+    ["7f20529d-863e-4570-8ffe-c0ad624fff39", false],
+    ["sess-group", false],
+  ])("R12 %s looks like a key: %s (otherwise it is tried as a sessionId)", (value, expected) => {
+    expect(looksLikeSessionKey(value)).toBe(expected);
+  });
+
+  it.each([
+    [" Research ", "research"],
+    ["bad id!", "bad-id"],
+    ["", "main"],
+  ])("agent ids normalise: %j → %s", (raw, expected) => {
+    expect(normalizeAgentId(raw)).toBe(expected);
+  });
+});

@@ -1,0 +1,54 @@
+import { appendFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { TranscriptStore } from "../../src/sessions/transcript.js";
+
+const dirs: string[] = [];
+afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+function ref() {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "sb-tr-"));
+  dirs.push(dir);
+  return { path: path.join(dir, "agents", "main", "sessions", "s1.jsonl"), sessionId: "s1", key: "agent:main:main" };
+}
+
+describe("transcripts (append-only JSONL)", () => {
+  it("R11 writes a session header then raw message lines, read back in order", async () => {
+    const t = new TranscriptStore();
+    const r = ref();
+    await t.appendMessage(r, { role: "user", content: "hi", timestamp: 1 });
+    await t.appendMessage(r, { role: "assistant", content: [{ type: "text", text: "hello" }], timestamp: 2 });
+    const lines = readFileSync(r.path, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines[0]).toMatchObject({ type: "session", id: "s1", key: "agent:main:main" });
+    expect(lines[2].parentId).toBe(lines[1].id);
+    expect((await t.readMessages(r.path)).map((m) => m.role)).toEqual(["user", "assistant"]);
+  });
+
+  it("reads the last N messages of a long transcript from the end", async () => {
+    const t = new TranscriptStore();
+    const r = ref();
+    for (let i = 0; i < 3000; i++) await t.appendMessage(r, { role: "user", content: `m${i} ${"x".repeat(50)}`, timestamp: i });
+    await t.appendDelivery(r, { status: "suppressed", outboxId: "o", channel: "telegram", to: "1" });
+    const last = await t.readMessages(r.path, 200);
+    expect(last).toHaveLength(200);
+    expect(last[0].content).toMatch(/^m2800 /);
+    expect(last[199].content).toMatch(/^m2999 /);
+  });
+
+  it("a torn last line (killed mid-write) is skipped and fenced off before the next append", async () => {
+    const t = new TranscriptStore();
+    const r = ref();
+    await t.appendMessage(r, { role: "user", content: "one", timestamp: 1 });
+    appendFileSync(r.path, '{"type":"message","id":"torn","mess');
+    const fresh = new TranscriptStore();
+    await fresh.appendMessage(r, { role: "user", content: "two", timestamp: 2 });
+    expect((await fresh.readMessages(r.path)).map((m) => m.role === "user" && m.content)).toEqual(["one", "two"]);
+    expect((await fresh.readMessages(r.path, 5)).length).toBe(2);
+  });
+
+  it("a missing transcript reads as empty", async () => {
+    const t = new TranscriptStore();
+    expect(await t.readMessages("/nonexistent/x.jsonl", 10)).toEqual([]);
+  });
+});
