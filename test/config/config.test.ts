@@ -1,0 +1,88 @@
+import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { promisify } from "node:util";
+import { afterEach, describe, expect, it } from "vitest";
+import { ConfigError, loadConfigFile, parseConfig } from "../../src/config/load.js";
+
+const run = promisify(execFile);
+const BIN = path.resolve("src/bin.js");
+const dirs: string[] = [];
+afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+function file(text: string): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "sb-cfg-"));
+  dirs.push(dir);
+  const f = path.join(dir, "c.json5");
+  writeFileSync(f, text);
+  return f;
+}
+
+function problems(raw: unknown): string[] {
+  try {
+    parseConfig(raw);
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems;
+    throw err;
+  }
+  return [];
+}
+
+describe("config", () => {
+  it("the embedded defaults and the annotated example are valid", () => {
+    expect(loadConfigFile("config/default.json5", {})).toMatchObject({ gateway: { port: 18789, bind: "127.0.0.1" }, channels: { webchat: { enabled: true } } });
+    expect(loadConfigFile("config/example.json5", { TELEGRAM_BOT_TOKEN: "t", DISCORD_TOKEN: "d" }).channels).toMatchObject({ telegram: { enabled: true, botToken: "t" }, discord: { enabled: true, token: "d" } });
+  });
+
+  it.each([
+    [{ session: { sendPolicy: { rules: [{ action: "block", match: {} }] } } }, 'session.sendPolicy.rules.0.action: expected "allow" | "deny"'],
+    [{ gateway: { port: "x" } }, "gateway.port: Invalid input: expected number, received string"],
+    [{ chanels: {} }, '(root): unknown key(s) "chanels"'],
+    [{ session: { agentToAgent: { maxPingPongTurns: 9 } } }, "session.agentToAgent.maxPingPongTurns: Too big: expected number to be <=5"],
+    [{ commands: { owners: ["alice"] } }, "commands.owners.0: owner entries look like <channel>:<platform user id>"],
+  ])("each error names its path: %j", (raw, expected) => {
+    expect(problems(raw)).toContain(expected);
+  });
+
+  it("${ENV} placeholders read secrets from the environment", () => {
+    const c = parseConfig({ channels: { telegram: { enabled: true, botToken: "${TG}" } } }, "<t>", { TG: "123:abc" });
+    expect(c.channels.telegram?.botToken).toBe("123:abc");
+  });
+
+  it("the result is frozen so nothing mutates config at runtime", () => {
+    const c = parseConfig({});
+    expect(Object.isFrozen(c.session.sendPolicy)).toBe(true);
+  });
+});
+
+describe("CLI", () => {
+  it("config check prints every error with its path and exits non-zero", async () => {
+    const f = file(`{ session: { sendPolicy: { rules: [{ action: "block" }] } }, gateway: { port: "x" } }`);
+    const err = await run("node", [BIN, "config", "check", "--config", f]).catch((e) => e);
+    expect(err.code).toBe(2);
+    expect(err.stderr).toContain('session.sendPolicy.rules.0.action: expected "allow" | "deny"');
+    expect(err.stderr).toContain("gateway.port:");
+  });
+
+  it("config check accepts a good file", async () => {
+    const { stdout } = await run("node", [BIN, "config", "check", "--config", "config/default.json5"]);
+    expect(stdout).toMatch(/config ok/);
+  });
+
+  it("start refuses a bad config the same way and exits non-zero", async () => {
+    const f = file(`{ log: { level: "loud" } }`);
+    const err = await run("node", [BIN, "start", "--config", f]).catch((e) => e);
+    expect(err.code).toBe(2);
+    expect(err.stderr).toMatch(/log\.level: expected "fatal" \| "error"/);
+  });
+
+  it("start refuses a non-loopback bind without a token", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "sb-bind-"));
+    dirs.push(dir);
+    const f = file(`{ stateDir: "${dir}", gateway: { bind: "0.0.0.0", port: 0 } }`);
+    const err = await run("node", [BIN, "start", "--config", f], { env: { ...process.env, SWITCHBOARD_GATEWAY_TOKEN: "" } }).catch((e) => e);
+    expect(err.code).toBe(1);
+    expect(err.stdout + err.stderr).toMatch(/refusing to bind the gateway to 0\.0\.0\.0 without a token/);
+  });
+});

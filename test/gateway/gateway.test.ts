@@ -1,0 +1,230 @@
+import WebSocket from "ws";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { GatewayCallError } from "../../src/gateway/client.js";
+import { inbound, startHarness, type Harness } from "../helpers/harness.js";
+import { RecordingAdapter } from "../helpers/recording-adapter.js";
+
+let h: Harness | undefined;
+afterEach(async () => {
+  await h?.stop();
+  h = undefined;
+});
+
+const TOKEN = "test-gateway-token-123";
+
+async function rawSocket(url: string): Promise<{ ws: WebSocket; frames: any[]; next: () => Promise<any> }> {
+  const ws = new WebSocket(url);
+  const frames: any[] = [];
+  const waiters: Array<(f: any) => void> = [];
+  ws.on("message", (d) => {
+    const f = JSON.parse(d.toString());
+    const w = waiters.shift();
+    w ? w(f) : frames.push(f);
+  });
+  await new Promise((r) => ws.once("open", r));
+  return { ws, frames, next: () => (frames.length ? Promise.resolve(frames.shift()) : new Promise((r) => waiters.push(r))) };
+}
+
+const connectFrame = (over: Record<string, unknown> = {}) =>
+  JSON.stringify({ type: "req", id: "c", method: "connect", params: { minProtocol: 3, maxProtocol: 4, client: { id: "t", version: "1", platform: "test", mode: "test" }, role: "operator", scopes: ["operator.admin"], auth: { token: TOKEN }, ...over } });
+
+describe("gateway handshake and auth", () => {
+  it("sends connect.challenge, then hello-ok with features and session defaults", async () => {
+    h = await startHarness({ config: { gateway: { auth: { token: TOKEN } } } });
+    const s = await rawSocket(h.url);
+    const challenge = await s.next();
+    expect(challenge).toMatchObject({ type: "event", event: "connect.challenge", payload: { nonce: expect.any(String), ts: expect.any(Number) } });
+    expect(challenge.seq).toBeUndefined();
+    s.ws.send(connectFrame());
+    const hello = await s.next();
+    expect(hello).toMatchObject({ type: "res", id: "c", ok: true, payload: { type: "hello-ok", protocol: 4, snapshot: { sessionDefaults: { defaultAgentId: "main", mainKey: "main", mainSessionKey: "agent:main:main", scope: "per-sender" } }, auth: { method: "token", role: "operator" } } });
+    expect(hello.payload.features.methods).toEqual(expect.arrayContaining(["sessions.list", "sessions.resolve", "sessions.patch", "sessions.reset", "sessions.delete", "chat.send", "chat.history", "agent", "agent.wait", "send", "health"]));
+    s.ws.close();
+  });
+
+  it.each([
+    ["a wrong token", { auth: { token: "nope" } }, "UNAUTHORIZED"],
+    ["no token", { auth: {} }, "UNAUTHORIZED"],
+    ["an unsupported protocol range", { minProtocol: 5, maxProtocol: 6 }, "INVALID_REQUEST"],
+  ])("refuses %s with an error and closes", async (_n, over, code) => {
+    h = await startHarness({ config: { gateway: { auth: { token: TOKEN } } } });
+    const s = await rawSocket(h.url);
+    await s.next();
+    s.ws.send(connectFrame(over));
+    expect((await s.next()).error.code).toBe(code);
+    await new Promise((r) => s.ws.once("close", r));
+  });
+
+  it("a first frame that is not connect is refused", async () => {
+    h = await startHarness();
+    const s = await rawSocket(h.url);
+    await s.next();
+    s.ws.send(JSON.stringify({ type: "req", id: "x", method: "health", params: {} }));
+    expect((await s.next()).error.message).toMatch(/first frame must be a "connect" request/);
+  });
+
+  it("a method without its scope is FORBIDDEN with details.missingScope", async () => {
+    h = await startHarness();
+    const reader = await h.client({ scopes: ["operator.read"] });
+    await expect(reader.request("sessions.patch", { key: "main", sendPolicy: "deny" })).rejects.toMatchObject({ code: "FORBIDDEN", details: { missingScope: "operator.admin" } });
+    await expect(reader.request("chat.send", { sessionKey: "main", message: "x", idempotencyKey: "k" })).rejects.toMatchObject({ code: "FORBIDDEN" });
+    expect((await reader.request("sessions.list", {})).count).toBe(0);
+  });
+});
+
+describe("gateway robustness", () => {
+  it("bad JSON, unknown methods, bad params and oversized frames get errors; the connection stays open", async () => {
+    h = await startHarness({ config: { gateway: { maxPayload: 2048 } } });
+    const s = await rawSocket(h.url);
+    await s.next();
+    s.ws.send(connectFrame({ auth: {} }));
+    await s.next();
+    s.ws.send("{not json");
+    expect((await s.next()).error).toMatchObject({ code: "INVALID_REQUEST", message: expect.stringMatching(/invalid JSON/) });
+    s.ws.send(JSON.stringify({ type: "req", id: "1", method: "nope.method", params: {} }));
+    expect(await s.next()).toMatchObject({ id: "1", ok: false, error: { message: "unknown method: nope.method" } });
+    s.ws.send(JSON.stringify({ type: "req", id: "2", method: "sessions.list", params: { limit: -1, bogus: true } }));
+    const bad = await s.next();
+    expect(bad.id).toBe("2");
+    expect(bad.error.message).toMatch(/limit/);
+    expect(bad.error.message).toMatch(/bogus/);
+    s.ws.send(JSON.stringify({ type: "req", id: "3", method: "chat.send", params: { sessionKey: "main", message: "x".repeat(5000), idempotencyKey: "k" } }));
+    expect(await s.next()).toMatchObject({ id: "3", ok: false, error: { message: expect.stringMatching(/frame too large/) } });
+    s.ws.send(JSON.stringify({ type: "req", id: "4", method: "health", params: {} }));
+    expect(await s.next()).toMatchObject({ id: "4", ok: true });
+    s.ws.close();
+  });
+});
+
+describe("gateway methods", () => {
+  it("R29 chat.send and agent into a denied session fail with 'send blocked by session policy'", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "main", sendPolicy: "deny" });
+    await expect(c.request("chat.send", { sessionKey: "main", message: "hi", idempotencyKey: "a" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "send blocked by session policy" });
+    await expect(c.request("agent", { sessionKey: "main", message: "hi", idempotencyKey: "b" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "send blocked by session policy" });
+    expect(h.model.requests).toHaveLength(0);
+    await c.request("sessions.patch", { key: "main", sendPolicy: null });
+    const final = await c.request("agent", { sessionKey: "main", message: "hi", idempotencyKey: "c" }, { expectFinal: true });
+    expect(final).toMatchObject({ runId: "c", status: "ok", result: { reply: "echo: hi" } });
+  });
+
+  it("R28 sessions.patch creates an entry for a chat before it first speaks, and the policy holds when it does", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ adapters: [telegram] });
+    const c = await h.client();
+    const res = await c.request("sessions.patch", { key: "agent:main:telegram:group:-100777", sendPolicy: "deny" });
+    expect(res).toMatchObject({ ok: true, key: "agent:main:telegram:group:-100777", entry: { sendPolicy: "deny", kind: "group" } });
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100777", to: "-100777", wasMentioned: true }));
+    await h.app.router.idle();
+    expect(telegram.sent).toHaveLength(0);
+  });
+
+  it("agent answers twice (accepted, then final) and agent.wait works across a reconnect (R18)", async () => {
+    h = await startHarness();
+    h.model.setResponder(() => ({ content: "later", delayMs: 300 }));
+    const first = await h.client();
+    const frames: any[] = [];
+    const raw = await rawSocket(h.url);
+    await raw.next();
+    raw.ws.send(connectFrame({ auth: {} }));
+    await raw.next();
+    raw.ws.on("message", (d) => frames.push(JSON.parse(d.toString())));
+    raw.ws.send(JSON.stringify({ type: "req", id: "run", method: "agent", params: { message: "go", idempotencyKey: "run-1" } }));
+    await vi.waitFor(() => expect(frames.filter((f) => f.id === "run")).toHaveLength(2), { timeout: 5000 });
+    const [accepted, final] = frames.filter((f) => f.id === "run");
+    expect(accepted.payload).toMatchObject({ runId: "run-1", status: "accepted", sessionKey: "agent:main:main", acceptedAt: expect.any(Number) });
+    expect(final.payload).toMatchObject({ runId: "run-1", status: "ok", summary: "completed", result: { reply: "later" } });
+    raw.ws.close();
+
+    await first.request("agent", { message: "again", idempotencyKey: "run-2" });
+    first.close();
+    const second = await h.client();
+    const waited = await second.request("agent.wait", { runId: "run-2", timeoutMs: 5000 });
+    expect(waited).toMatchObject({ runId: "run-2", status: "ok", startedAt: expect.any(Number), endedAt: expect.any(Number) });
+    expect(await second.request("agent.wait", { runId: "run-2", timeoutMs: 0 })).toMatchObject({ status: "ok" });
+    expect(await second.request("agent.wait", { runId: "never-started", timeoutMs: 20 })).toEqual({ runId: "never-started", status: "timeout" });
+  });
+
+  it("an idempotencyKey repeated on a new connection returns the first run, not a second one", async () => {
+    h = await startHarness();
+    const a = await h.client();
+    const one = await a.request("agent", { message: "once", idempotencyKey: "same" }, { expectFinal: true });
+    a.close();
+    const b = await h.client();
+    const two = await b.request("agent", { message: "once", idempotencyKey: "same" }, { expectFinal: true });
+    expect(two).toEqual(one);
+    expect(h.model.requests).toHaveLength(1);
+  });
+
+  it("chat.send streams a final chat event and chat.history returns the transcript", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    const events: any[] = [];
+    c.on("event", (name, payload) => name === "chat" && events.push(payload));
+    expect(await c.request("chat.send", { sessionKey: "main", message: "hey", idempotencyKey: "w1" })).toEqual({ runId: "w1", status: "started" });
+    await vi.waitFor(() => expect(events).toHaveLength(1));
+    expect(events[0]).toMatchObject({ runId: "w1", sessionKey: "agent:main:main", state: "final", message: { role: "assistant", content: [{ type: "text", text: "echo: hey" }] } });
+    const history = await c.request("chat.history", { sessionKey: "main" });
+    expect(history.messages.map((m: any) => m.role)).toEqual(["user", "assistant"]);
+    expect(history.sessionId).toBe(h.app.sessions.require("agent:main:main").sessionId);
+  });
+
+  it("sessions.list rows carry the spec row shape; resolve works by key, sessionId (R12) and label", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("agent", { message: "hi", idempotencyKey: "r" }, { expectFinal: true });
+    await c.request("sessions.patch", { key: "agent:main:telegram:group:-5", label: "team" });
+    const list = await c.request("sessions.list", {});
+    const main = list.sessions.find((s: any) => s.key === "agent:main:main");
+    expect(main).toMatchObject({ kind: "main", channel: "unknown", sessionId: expect.any(String), updatedAt: expect.any(Number), model: "fake/m", totalTokens: expect.any(Number), transcriptPath: expect.stringMatching(/agents\/main\/sessions\/.+\.jsonl$/) });
+    expect(list.sessions.find((s: any) => s.label === "team")).toMatchObject({ kind: "group", channel: "telegram" });
+    expect(await c.request("sessions.resolve", { sessionId: main.sessionId })).toEqual({ ok: true, key: "agent:main:main" });
+    expect(await c.request("sessions.resolve", { label: "team" })).toEqual({ ok: true, key: "agent:main:telegram:group:-5" });
+    expect(await c.request("sessions.resolve", { key: "main" })).toEqual({ ok: true, key: "agent:main:main" });
+    await expect(c.request("sessions.resolve", { sessionId: "no-such-id" })).rejects.toMatchObject({ code: "NOT_FOUND", message: "no session found with sessionId: no-such-id" });
+    await expect(c.request("chat.history", { sessionKey: "no-such-id" })).rejects.toMatchObject({ code: "NOT_FOUND" });
+  });
+
+  it("sessions.reset mints a new sessionId; sessions.delete refuses main and archives a transcript", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("agent", { message: "hi", idempotencyKey: "x", sessionKey: "agent:main:telegram:group:-9" }, { expectFinal: true });
+    const before = h.app.sessions.require("agent:main:telegram:group:-9").sessionId;
+    const reset = await c.request("sessions.reset", { key: "agent:main:telegram:group:-9" });
+    expect(reset.entry.sessionId).not.toBe(before);
+    await expect(c.request("sessions.delete", { key: "main" })).rejects.toMatchObject({ message: expect.stringMatching(/Cannot delete the main session/) });
+    await c.request("agent", { message: "hi", idempotencyKey: "y", sessionKey: "agent:main:telegram:group:-9" }, { expectFinal: true });
+    const del = await c.request("sessions.delete", { key: "agent:main:telegram:group:-9" });
+    expect(del).toMatchObject({ ok: true, deleted: true, archived: [expect.stringMatching(/\.jsonl\.deleted\./)] });
+    expect(h.app.sessions.get("agent:main:telegram:group:-9")).toBeUndefined();
+  });
+
+  it("send goes through the outbox: delivered when allowed, refused when the chat's session is denied", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ adapters: [telegram] });
+    const c = await h.client();
+    expect(await c.request("send", { channel: "telegram", to: "-1", message: "notice", idempotencyKey: "s1" })).toMatchObject({ status: "sent" });
+    await c.request("sessions.patch", { key: "agent:main:telegram:group:-2", sendPolicy: "deny" });
+    await expect(c.request("send", { channel: "telegram", to: "-2", message: "nope", sessionKey: "agent:main:telegram:group:-2", idempotencyKey: "s2" })).rejects.toMatchObject({ message: "send blocked by session policy" });
+    expect(telegram.sent.map((m) => m.text)).toEqual(["notice"]);
+    await expect(c.request("send", { channel: "discord", to: "1", message: "x", idempotencyKey: "s3" })).rejects.toMatchObject({ code: "UNAVAILABLE", message: expect.stringMatching(/channel not connected: discord/) });
+  });
+
+  it("health reports channels, runs and queue depth", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    const health = await c.request("health", {});
+    expect(health).toMatchObject({ ok: true, channels: { "webchat:default": { connected: true } }, runs: { running: 0, queued: 0 }, outbox: { pending: 0 } });
+  });
+});
+
+describe("gateway unknown agent", () => {
+  it("agent with an unknown agentId is INVALID_REQUEST naming it", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await expect(c.request("agent", { message: "x", agentId: "ghost", idempotencyKey: "g" })).rejects.toBeInstanceOf(GatewayCallError);
+    await expect(c.request("agent", { message: "x", agentId: "ghost", idempotencyKey: "g2" })).rejects.toMatchObject({ message: 'unknown agent id "ghost"' });
+  });
+});
+

@@ -1,0 +1,144 @@
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { inbound, startHarness, type Harness } from "../helpers/harness.js";
+import { RecordingAdapter } from "../helpers/recording-adapter.js";
+
+let h: Harness | undefined;
+afterEach(async () => {
+  await h?.stop();
+  h = undefined;
+});
+
+const OWNER = "1001";
+const STRANGER = "2002";
+
+async function boot(config: Parameters<typeof startHarness>[0]["config"] = {}) {
+  const telegram = new RecordingAdapter("telegram");
+  h = await startHarness({ adapters: [telegram], config: { commands: { owners: [`telegram:${OWNER}`] }, channels: { telegram: { enabled: false, requireMention: true } }, ...config } });
+  return { h, telegram };
+}
+
+describe("inbound router", () => {
+  it("D1 R1 a direct message runs the agent on agent:main:main and the reply goes back through the outbox", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ text: "ping", peerId: "1001", to: "1001" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: ping"]));
+    const entry = h.app.sessions.get("agent:main:main");
+    expect(entry).toMatchObject({ lastChannel: "telegram", lastTo: "1001", lastAccountId: "default", chatType: "direct", displayName: "Ada", deliveryContext: { channel: "telegram", to: "1001", accountId: "default" } });
+    expect(telegram.typingCalls.length).toBeGreaterThan(0);
+  });
+
+  it("R2 a mentioned group message lands in agent:main:telegram:group:<id> with the channel recorded", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100200", to: "-100200", groupName: "Team", wasMentioned: true, text: "@bot hi" }));
+    await vi.waitFor(() => expect(telegram.textsTo("-100200")).toHaveLength(1));
+    expect(h.app.sessions.get("agent:main:telegram:group:-100200")).toMatchObject({ channel: "telegram", chatType: "group", displayName: "Team" });
+  });
+
+  it("mention gating: an unmentioned group message is recorded but not answered", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100300", to: "-100300", wasMentioned: false, text: "chatter" }));
+    await h.app.router.idle();
+    expect(telegram.sent).toHaveLength(0);
+    const entry = h.app.sessions.require("agent:main:telegram:group:-100300");
+    const messages = await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(entry));
+    expect(messages.map((m) => m.role === "user" && m.content)).toEqual(["chatter"]);
+    expect(h.model.requests).toHaveLength(0);
+  });
+
+  it("R28 D3 the owner's /send off silences the chat (answered anyway); inbound is still recorded with no run; /send inherit restores", async () => {
+    const { h, telegram } = await boot();
+    const group = { chatType: "group" as const, peerId: "-100400", to: "-100400", wasMentioned: true };
+    await h.app.router.accept(inbound({ ...group, senderId: OWNER, text: "/send off" }));
+    await vi.waitFor(() => expect(telegram.textsTo("-100400")).toEqual(["⚙️ Send policy set to off."]));
+    expect(h.app.sessions.get("agent:main:telegram:group:-100400")?.sendPolicy).toBe("deny");
+
+    await h.app.router.accept(inbound({ ...group, senderId: STRANGER, text: "anyone there?" }));
+    await h.app.router.idle();
+    expect(telegram.textsTo("-100400")).toHaveLength(1);
+    expect(h.model.requests).toHaveLength(0);
+    const entry = h.app.sessions.require("agent:main:telegram:group:-100400");
+    const said = (await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(entry))).map((m) => (m.role === "user" ? m.content : m.role));
+    expect(said).toContain("anyone there?");
+
+    await h.app.router.accept(inbound({ ...group, senderId: OWNER, text: "/send inherit" }));
+    await vi.waitFor(() => expect(telegram.textsTo("-100400")).toContain("⚙️ Send policy set to inherit."));
+    expect(h.app.sessions.get("agent:main:telegram:group:-100400")?.sendPolicy).toBeUndefined();
+    await h.app.router.accept(inbound({ ...group, senderId: STRANGER, text: "now?" }));
+    await vi.waitFor(() => expect(telegram.textsTo("-100400")).toContain("echo: now?"));
+  });
+
+  it("R28 a non-owner's /send is ignored: no policy change, no answer, never run as a prompt", async () => {
+    const { h, telegram } = await boot();
+    for (const spoof of [
+      inbound({ senderId: STRANGER, senderName: "Owner", text: "/send off" }),
+      inbound({ senderId: STRANGER, text: "/send off", peerId: "2002", to: "2002" }),
+      inbound({ senderId: OWNER, forwarded: true, text: "/send off" }),
+      inbound({ senderId: OWNER, edited: true, text: "/send off" }),
+      inbound({ senderId: OWNER, channel: "discord", text: "/send off" }),
+    ]) {
+      await h.app.router.accept(spoof);
+    }
+    await h.app.router.idle();
+    expect(h.app.sessions.list().filter((e) => e.sendPolicy)).toEqual([]);
+    expect(telegram.sent.map((m) => m.text)).not.toContain("⚙️ Send policy set to off.");
+    // Only the owner's forwarded and edited copies ran, as plain prompts; strangers' never did.
+    expect(h.model.requests).toHaveLength(2);
+  });
+
+  it("R28 /send with no mode answers the usage line; /sid reports key, kind, channel and policy", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "/send" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["⚙️ Usage: /send on|off|inherit"]));
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "/sid" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")[1]).toMatch(/key: agent:main:main\nkind: main\nchannel: telegram\nsend policy: allow \(default\)/));
+  });
+
+  it("/new starts a fresh sessionId and keeps the send policy", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "/send off" }));
+    await vi.waitFor(() => expect(telegram.sent).toHaveLength(1));
+    const before = h.app.sessions.require("agent:main:main").sessionId;
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "/new" }));
+    await vi.waitFor(() => expect(telegram.sent).toHaveLength(2));
+    const after = h.app.sessions.require("agent:main:main");
+    expect(after.sessionId).not.toBe(before);
+    expect(after.sendPolicy).toBe("deny");
+  });
+
+  it("/stop aborts the running turn of the session", async () => {
+    const { h, telegram } = await boot();
+    h.model.setResponder(() => ({ content: "slow", delayMs: 5_000 }));
+    await h.app.router.accept(inbound({ text: "take your time" }));
+    await vi.waitFor(() => expect(h.app.runtime.counts().running).toBe(1));
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "/stop" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toContain("⚙️ Stopped 1 run(s)."));
+    await vi.waitFor(() => expect(h.app.runtime.counts().running).toBe(0));
+    expect(h.app.sessions.get("agent:main:main")?.abortedLastRun).toBe(true);
+  });
+
+  it("a duplicate platform message (same id) is processed once", async () => {
+    const { h, telegram } = await boot();
+    const msg = inbound({ text: "once" });
+    await h.app.router.accept(msg);
+    await h.app.router.accept({ ...msg });
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: once"]));
+    expect(h.model.requests).toHaveLength(1);
+  });
+
+  it("a model failure answers the chat with a clear notice instead of silence", async () => {
+    const { h, telegram } = await boot();
+    h.model.setResponder(() => ({ status: 500, error: "upstream exploded" }));
+    await h.app.router.accept(inbound({ text: "hi" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")[0]).toMatch(/^⚠️ model call failed .*HTTP 500/), { timeout: 10_000 });
+  });
+});
+
+describe("no model configured", () => {
+  it("a chat gets a clear 'no model configured — see README' reply", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ adapters: [telegram], noModel: true });
+    await h.app.router.accept(inbound({ text: "hello?" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")[0]).toMatch(/No model configured — see README/));
+  });
+});
