@@ -70,6 +70,7 @@ async function sqliteStore(file: string): Promise<KvStore> {
   // WAL + NORMAL: a committed write survives a process kill (kill -9) and writes don't fsync twice.
   await store.query("PRAGMA journal_mode=WAL");
   await store.query("PRAGMA synchronous=NORMAL");
+  const writer = new BatchWriter(store);
   const spaces = new Map<string, Keyv>();
   const keyvFor = (namespace: string): Keyv => {
     let k = spaces.get(namespace);
@@ -91,11 +92,12 @@ async function sqliteStore(file: string): Promise<KvStore> {
           return (await keyv.get(key)) as T | undefined;
         },
         async set(key, value) {
-          const ok = await keyv.set(key, value);
-          if (!ok) throw new Error(`store write failed: ${namespace}:${key}`);
+          const raw = await keyv.serialize?.({ value });
+          if (typeof raw !== "string") throw new Error(`store write failed: cannot serialise ${namespace}:${key}`);
+          await writer.write({ kind: "set", key: `${namespace}:${key}`, raw });
         },
         async delete(key) {
-          await keyv.delete(key);
+          await writer.write({ kind: "delete", key: `${namespace}:${key}` });
         },
         async entries() {
           // One scan instead of keyv's offset-paged iterator, which is quadratic at 100k rows.
@@ -110,9 +112,73 @@ async function sqliteStore(file: string): Promise<KvStore> {
       };
     },
     async close() {
+      await writer.drain();
       await store.disconnect();
     },
   };
+}
+
+type WriteOp = { kind: "set"; key: string; raw: string } | { kind: "delete"; key: string };
+
+/**
+ * Group commit: writes issued while the previous statement runs are coalesced into one
+ * multi-row upsert (one SQLite transaction), so a burst of N writes costs a handful of commits
+ * instead of N. Order is kept: a delete splits the batch. Each caller resolves after its commit.
+ */
+class BatchWriter {
+  private queue: Array<{ op: WriteOp; resolve: () => void; reject: (err: unknown) => void }> = [];
+  private running: Promise<void> | undefined;
+
+  constructor(private readonly store: SqliteStore) {}
+
+  write(op: WriteOp): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ op, resolve, reject });
+      this.running ??= this.run();
+    });
+  }
+
+  async drain(): Promise<void> {
+    while (this.running) await this.running;
+  }
+
+  private async run(): Promise<void> {
+    try {
+      while (this.queue.length) {
+        const batch = this.takeBatch();
+        try {
+          await this.execute(batch.map((b) => b.op));
+          for (const b of batch) b.resolve();
+        } catch (err) {
+          for (const b of batch) b.reject(err);
+        }
+      }
+    } finally {
+      this.running = undefined;
+    }
+  }
+
+  /** Consecutive sets (at most 400, well under SQLite's bound-parameter limit), or one delete. */
+  private takeBatch() {
+    if (this.queue[0].op.kind === "delete") return this.queue.splice(0, 1);
+    let n = 0;
+    while (n < this.queue.length && n < 400 && this.queue[n].op.kind === "set") n++;
+    return this.queue.splice(0, n);
+  }
+
+  private async execute(ops: WriteOp[]): Promise<void> {
+    if (ops[0].kind === "delete") {
+      await this.store.query("DELETE FROM keyv WHERE key = ?", ops[0].key);
+      return;
+    }
+    // The last write of a key in the batch wins.
+    const latest = new Map<string, string>();
+    for (const op of ops) if (op.kind === "set") latest.set(op.key, op.raw);
+    const params: string[] = [];
+    for (const [key, raw] of latest) params.push(key, raw);
+    const values = Array.from(latest.keys(), () => "(?, ?)").join(", ");
+    await this.store.query(`INSERT INTO keyv (key, value) VALUES ${values} ON CONFLICT(key) DO UPDATE SET value = excluded.value`, ...params);
+  }
 }
 
 function parseKeyvValue(raw: string): unknown {
