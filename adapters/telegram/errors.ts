@@ -1,0 +1,85 @@
+/**
+ * The single place where Telegram failures become the core's closed PlatformError set, and where
+ * the bot token is scrubbed out of error text (telegraf puts it in every request URL, and
+ * node-fetch copies the URL into its error messages).
+ */
+import { PlatformError, type PlatformErrorCode } from "../../src/channels/types.js";
+
+/** The Bot API's error envelope (`ok: false`), as carried by telegraf's TelegramError.response. */
+export interface ApiFailure {
+  error_code: number;
+  description: string;
+  parameters?: { retry_after?: number; migrate_to_chat_id?: number };
+}
+
+/** Duck-typed rather than `instanceof TelegramError`, so a second telegraf copy still matches. */
+export function apiFailureOf(err: unknown): ApiFailure | undefined {
+  if (typeof err !== "object" || err === null || !("response" in err)) return undefined;
+  const r = (err as { response: unknown }).response;
+  if (typeof r !== "object" || r === null) return undefined;
+  const code = (r as { error_code?: unknown }).error_code;
+  if (typeof code !== "number") return undefined;
+  const desc = (r as { description?: unknown }).description;
+  const params = (r as { parameters?: unknown }).parameters;
+  return {
+    error_code: code,
+    description: typeof desc === "string" ? desc : "",
+    parameters: typeof params === "object" && params !== null ? (params as ApiFailure["parameters"]) : undefined,
+  };
+}
+
+/** Removes the literal token and anything shaped like one (`bot<digits>:<secret>`). */
+export function redactToken(text: string, token: string): string {
+  let out = token ? text.split(token).join("<redacted>") : text;
+  out = out.replace(/(bot|user)\d+:[A-Za-z0-9_-]+/g, "$1<redacted>");
+  return out;
+}
+
+/**
+ * Redacts in place, stack included (it embeds the message), because callers keep the error as
+ * `cause` and a logger serialising the cause must not print the token.
+ */
+export function scrubError<T>(err: T, token: string): T {
+  if (err instanceof Error) {
+    err.message = redactToken(err.message, token);
+    if (err.stack) err.stack = redactToken(err.stack, token);
+  }
+  return err;
+}
+
+/** One-line, token-free description for logs and health().lastError. */
+export function describeError(err: unknown, token: string): string {
+  const api = apiFailureOf(err);
+  if (api) return redactToken(`${api.error_code}: ${api.description}`, token);
+  if (err instanceof Error) return redactToken(`${err.name}: ${err.message}`, token);
+  return redactToken(String(err), token);
+}
+
+export function classify(err: unknown): { code: PlatformErrorCode; retryAfterMs?: number } {
+  const api = apiFailureOf(err);
+  if (!api) return { code: "transport" };
+  const c = api.error_code;
+  if (c === 429) {
+    const s = api.parameters?.retry_after;
+    return { code: "rate_limited", retryAfterMs: typeof s === "number" && s >= 0 ? s * 1000 : undefined };
+  }
+  if (c === 401) return { code: "auth" };
+  if (c === 403) return { code: "forbidden" };
+  if (c === 400) {
+    // A group upgraded to a supergroup has a new id; the old one is gone for good.
+    if (api.parameters?.migrate_to_chat_id !== undefined) return { code: "not_found" };
+    return /chat not found|user not found|thread not found/i.test(api.description) ? { code: "not_found" } : { code: "invalid" };
+  }
+  if (c === 409 || c >= 500) return { code: "transport" };
+  return { code: "invalid" };
+}
+
+/** Maps any failure of `method` to a PlatformError whose message and cause carry no token. */
+export function toPlatformError(err: unknown, method: string, token: string): PlatformError {
+  if (err instanceof PlatformError) return err;
+  const { code, retryAfterMs } = classify(err);
+  let message = `${method} failed: ${describeError(err, token)}`;
+  const migrated = apiFailureOf(err)?.parameters?.migrate_to_chat_id;
+  if (migrated !== undefined) message += ` (chat migrated to ${migrated})`;
+  return new PlatformError("telegram", code, message, { cause: scrubError(err, token), retryAfterMs });
+}

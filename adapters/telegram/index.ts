@@ -1,0 +1,190 @@
+/**
+ * Telegram channel adapter: telegraf as the Bot API transport, our own long-poll loop for
+ * control over the offset (see poller.ts), and pure mapping in map-update.ts.
+ *
+ * telegraf's `launch()`/`handleUpdate()` are deliberately not used: handleUpdate wraps handlers
+ * in a 90 s timeout that would "finish" an update while onInbound still runs, and its default
+ * error handler sets process.exitCode; launch() hides the offset we must persist.
+ */
+import https from "node:https";
+import { Telegraf } from "telegraf";
+import { type AdapterContext, type ChannelAdapter, type ChannelHealth, type OutboundTarget, PlatformError, type SendReceipt } from "../../src/channels/types.js";
+import type { TelegramConfig } from "../../src/config/schema.js";
+import { type BackoffOptions, DEFAULT_BACKOFF } from "./backoff.js";
+import { DEFAULT_COMMANDS, type MenuCommand, syncCommands } from "./commands.js";
+import { apiFailureOf, describeError, toPlatformError } from "./errors.js";
+import { type BotIdentity, mapUpdate } from "./map-update.js";
+import { chatActionParams, rateLimitsFor, sendMessageParams } from "./outbound.js";
+import { Poller, type PollPhase } from "./poller.js";
+import { ALLOWED_UPDATES, type TgUpdate } from "./wire.js";
+
+export { DEFAULT_COMMANDS, type MenuCommand } from "./commands.js";
+export { mapUpdate, type BotIdentity } from "./map-update.js";
+
+export interface TelegramAdapterOptions {
+  /** Menu commands to register (default: DEFAULT_COMMANDS). */
+  commands?: readonly MenuCommand[];
+  /** Retry schedule for polling errors (default 1 s → 30 s, ×2, ±20 %). */
+  backoff?: Partial<BackoffOptions>;
+  /** Jitter source, injectable for deterministic tests. */
+  random?: () => number;
+  /** How long stop() waits for an in-flight onInbound before returning (default 1000 ms). */
+  stopGraceMs?: number;
+}
+
+export type TelegramAdapter = ChannelAdapter & {
+  /** The bot's @username (without @) once getMe succeeded. */
+  botUsername(): string | undefined;
+};
+
+export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContext, options: TelegramAdapterOptions = {}): TelegramAdapter {
+  const token = config.botToken;
+  const accountId = config.accountId;
+  // The host already binds channel and accountId to ctx.log; re-binding would duplicate the keys.
+  const log = ctx.log;
+  const apiRoot = config.apiRoot.endsWith("/") ? config.apiRoot : `${config.apiRoot}/`;
+  // Our own agent (telegraf's default is a process-wide singleton) so stop() can close its
+  // sockets. telegraf ignores `agent` for http:// roots and uses Node's global agent.
+  const agent = apiRoot.startsWith("https:") ? new https.Agent({ keepAlive: true, keepAliveMsecs: 10_000 }) : undefined;
+  const bot = new Telegraf(token, { telegram: { apiRoot, agent } });
+  // Untyped view of callApi: payloads are built against our own wire types (wire.ts), and
+  // telegraf's signal type comes from an abort-controller polyfill that rejects Node's own.
+  const call = bot.telegram.callApi.bind(bot.telegram) as unknown as <T>(method: string, payload: object, opts?: { signal?: AbortSignal }) => Promise<T>;
+  const backoff: BackoffOptions = { ...DEFAULT_BACKOFF, ...options.backoff };
+  const keys = { offset: `telegram:${accountId}:offset`, commands: `telegram:${accountId}:commands` };
+
+  let identity: BotIdentity | undefined;
+  let booted = false;
+  let poller: Poller | undefined;
+  const health: ChannelHealth = { connected: false, lastInboundAt: null, lastError: null };
+
+  function recordError(err: unknown, what: string): string {
+    const text = `${what}: ${describeError(err, token)}`;
+    health.lastError = text;
+    return text;
+  }
+
+  async function boot(): Promise<void> {
+    const me = await bot.telegram.getMe();
+    identity = { id: me.id, username: me.username };
+    health.connected = true;
+    // A webhook left behind by another deployment makes every getUpdates fail with 409.
+    await bot.telegram.deleteWebhook({ drop_pending_updates: false });
+    try {
+      const outcome = await syncCommands({
+        kv: ctx.kv,
+        key: keys.commands,
+        commands: options.commands ?? DEFAULT_COMMANDS,
+        setMyCommands: (commands) => bot.telegram.setMyCommands(commands),
+      });
+      log.debug({ outcome }, "telegram command menu");
+    } catch (err) {
+      // The menu is cosmetic: never block inbound on it. Not retried now; next start tries again.
+      log.warn({ err: recordError(err, "setMyCommands") }, "telegram command menu not registered");
+    }
+    booted = true;
+    log.info({ bot: identity.username }, "telegram connected");
+  }
+
+  async function handle(update: TgUpdate): Promise<void> {
+    if (!identity) throw new Error("update before getMe");
+    const mapped = mapUpdate(update, identity, accountId);
+    if (mapped.kind === "ignore") {
+      log.trace({ updateId: update.update_id, reason: mapped.reason }, "telegram update ignored");
+      return;
+    }
+    health.lastInboundAt = Date.now();
+    await ctx.onInbound(mapped.msg);
+  }
+
+  function onError(err: unknown, phase: PollPhase, retryInMs: number): void {
+    if (phase === "poll" || phase === "prepare") {
+      health.connected = false;
+      // A kept-alive socket can be the stuck part (ecosystem B.3): retry on a fresh connection.
+      if (agent) dropIdleSockets(agent);
+    }
+    const text = recordError(err, phase === "handle" ? "onInbound" : phase);
+    const code = apiFailureOf(err)?.error_code;
+    const hint = code === 409 ? " (another poller or a webhook is using this bot token)" : "";
+    log.warn({ err: text + hint, phase, retryInMs }, "telegram polling error");
+  }
+
+  return {
+    channel: "telegram",
+    accountId,
+    textChunkLimit: config.textChunkLimit,
+
+    botUsername: () => identity?.username,
+
+    async start(): Promise<void> {
+      if (poller) return;
+      if (!token) throw new PlatformError("telegram", "auth", "channels.telegram.botToken is empty");
+      const p = new Poller({
+        prepare: () => (booted ? Promise.resolve() : boot()),
+        getUpdates: (params, signal) => call<TgUpdate[]>("getUpdates", params, { signal }),
+        handle,
+        kv: ctx.kv,
+        offsetKey: keys.offset,
+        timeoutSeconds: config.pollTimeoutSeconds,
+        allowedUpdates: ALLOWED_UPDATES,
+        backoff,
+        random: options.random,
+        onPollOk: () => {
+          health.connected = true;
+        },
+        onError,
+      });
+      poller = p;
+      // A revoked or mistyped token will not heal by retrying: fail start() so the operator sees it.
+      // Anything else (network down, Telegram 5xx) is retried in the background by the poller.
+      try {
+        await boot();
+      } catch (err) {
+        if (apiFailureOf(err)?.error_code === 401) {
+          if (poller === p) poller = undefined;
+          recordError(err, "getMe");
+          throw toPlatformError(err, "getMe", token);
+        }
+        log.warn({ err: recordError(err, "start") }, "telegram not reachable yet; retrying in background");
+      }
+      // stop() may have run while booting; a stopped poller's start() would exit at once anyway.
+      if (poller === p) p.start();
+    },
+
+    async stop(): Promise<void> {
+      const p = poller;
+      poller = undefined;
+      booted = false;
+      health.connected = false;
+      if (p) await p.stop(options.stopGraceMs ?? 1000);
+      agent?.destroy();
+    },
+
+    async send(target: OutboundTarget, text: string): Promise<SendReceipt> {
+      const params = sendMessageParams(target, text);
+      try {
+        const result = await call<{ message_id: number }>("sendMessage", params);
+        return { messageId: String(result.message_id) };
+      } catch (err) {
+        throw toPlatformError(err, "sendMessage", token);
+      }
+    },
+
+    async typing(target: OutboundTarget): Promise<void> {
+      // Best effort by contract: a lost typing indicator must never surface as a failure.
+      try {
+        await call<true>("sendChatAction", chatActionParams(target));
+      } catch (err) {
+        log.debug({ err: describeError(err, token) }, "telegram typing failed");
+      }
+    },
+
+    health: () => ({ ...health }),
+
+    rateLimitsFor: (target) => rateLimitsFor(target, config.rateLimit),
+  };
+}
+
+function dropIdleSockets(agent: https.Agent): void {
+  for (const sockets of Object.values(agent.freeSockets)) for (const socket of sockets ?? []) socket.destroy();
+}

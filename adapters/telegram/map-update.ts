@@ -1,0 +1,128 @@
+/**
+ * Pure translation of a Telegram Update into the core's InboundMessage. No I/O, no telegraf:
+ * everything here is decided from the update and the bot's own identity, so it is tested as a
+ * table (test/adapters/telegram-map-update.test.ts).
+ */
+import type { InboundMessage } from "../../src/channels/types.js";
+import type { TgEntity, TgMessage, TgUpdate } from "./wire.js";
+
+export interface BotIdentity {
+  id: number;
+  username: string;
+}
+
+export type IgnoreReason = "channel_post" | "own_message" | "no_text" | "no_sender" | "unsupported";
+
+export type MapResult = { kind: "message"; msg: InboundMessage } | { kind: "ignore"; reason: IgnoreReason };
+
+/** Telegram's forum "General" topic. Sends must omit it (Telegram rejects message_thread_id=1). */
+export const GENERAL_TOPIC_ID = "1";
+
+export function mapUpdate(update: TgUpdate, bot: BotIdentity, accountId: string): MapResult {
+  if (update.channel_post || update.edited_channel_post) return ignore("channel_post");
+  const edited = update.message === undefined && update.edited_message !== undefined;
+  const m = update.message ?? update.edited_message;
+  if (!m) return ignore("unsupported");
+  if (m.chat.type === "channel") return ignore("channel_post");
+  if (!m.from) return ignore("no_sender");
+  if (m.from.id === bot.id) return ignore("own_message");
+
+  const raw = m.text ?? m.caption;
+  if (raw === undefined || raw.trim() === "") return ignore("no_text");
+  const entities = (m.text !== undefined ? m.entities : m.caption_entities) ?? [];
+
+  const command = normalizeCommand(raw, bot.username);
+  const direct = m.chat.type === "private";
+  const threadId = resolveThreadId(m);
+
+  const msg: InboundMessage = {
+    channel: "telegram",
+    accountId,
+    chatType: direct ? "direct" : "group",
+    peerId: String(direct ? m.from.id : m.chat.id),
+    senderId: String(m.from.id),
+    text: command.text,
+    messageId: messageIdOf(m, edited),
+    wasMentioned: command.addressedToUs || mentionsBot(raw, entities, bot) || isReplyToBot(m, bot),
+    to: String(m.chat.id),
+    timestamp: (edited ? (m.edit_date ?? m.date) : m.date) * 1000,
+  };
+  if (threadId !== undefined) msg.threadId = threadId;
+  const senderName = displayName(m.from.first_name, m.from.last_name) ?? m.from.username;
+  if (senderName) msg.senderName = senderName;
+  if (!direct && m.chat.title) msg.groupName = m.chat.title;
+  if (isForwarded(m)) msg.forwarded = true;
+  if (edited) msg.edited = true;
+  return { kind: "message", msg };
+}
+
+/**
+ * Topic id for session routing. Forum supergroups: the topic for topic messages, otherwise the
+ * General topic (its messages carry no thread id). Private chats: Bot API topics in DMs. A plain
+ * supergroup's message_thread_id only names a reply chain, so it must not split the session.
+ */
+export function resolveThreadId(m: TgMessage): string | undefined {
+  if (m.chat.type === "private") return m.message_thread_id !== undefined ? String(m.message_thread_id) : undefined;
+  if (m.chat.type === "supergroup" && m.chat.is_forum) {
+    return m.is_topic_message && m.message_thread_id !== undefined ? String(m.message_thread_id) : GENERAL_TOPIC_ID;
+  }
+  return undefined;
+}
+
+/**
+ * `/cmd@OurBot args` → `/cmd args`. A command suffixed with another bot's name is left untouched,
+ * so the core's command parser does not mistake it for ours.
+ */
+export function normalizeCommand(text: string, botUsername: string): { text: string; addressedToUs: boolean } {
+  const m = /^\/([A-Za-z0-9_]{1,32})@([A-Za-z0-9_]+)(?=\s|$)/.exec(text);
+  if (!m || m[2].toLowerCase() !== botUsername.toLowerCase()) return { text, addressedToUs: false };
+  return { text: `/${m[1]}${text.slice(m[0].length)}`, addressedToUs: true };
+}
+
+/** Entities are authoritative: Telegram's server marks every @mention, so no text scanning. */
+export function mentionsBot(text: string, entities: readonly TgEntity[], bot: BotIdentity): boolean {
+  const handle = `@${bot.username}`.toLowerCase();
+  return entities.some((e) => {
+    if (e.type === "mention") return text.slice(e.offset, e.offset + e.length).toLowerCase() === handle;
+    if (e.type === "text_mention") return e.user?.id === bot.id;
+    return false;
+  });
+}
+
+/**
+ * In forum topics every message without an explicit reply "replies" to the topic's creation
+ * service message; if the bot created the topic that would count as a mention of everything.
+ */
+function isReplyToBot(m: TgMessage, bot: BotIdentity): boolean {
+  const r = m.reply_to_message;
+  return r !== undefined && r.from?.id === bot.id && r.forum_topic_created === undefined;
+}
+
+function isForwarded(m: TgMessage): boolean {
+  return (
+    m.forward_origin !== undefined ||
+    m.forward_from !== undefined ||
+    m.forward_from_chat !== undefined ||
+    m.forward_sender_name !== undefined ||
+    m.forward_date !== undefined
+  );
+}
+
+/**
+ * An edit keeps Telegram's message_id, so it gets its own suffix: otherwise the core's inbound
+ * dedupe (by messageId) would drop the edit instead of recording it. edit_date keeps it stable
+ * across re-delivery of the same update.
+ */
+function messageIdOf(m: TgMessage, edited: boolean): string {
+  const base = `${m.chat.id}:${m.message_id}`;
+  return edited ? `${base}:edit:${m.edit_date ?? 0}` : base;
+}
+
+function displayName(first?: string, last?: string): string | undefined {
+  const name = [first, last].filter((s) => s && s.trim()).join(" ").trim();
+  return name || undefined;
+}
+
+function ignore(reason: IgnoreReason): MapResult {
+  return { kind: "ignore", reason };
+}

@@ -1,0 +1,69 @@
+/** Pure construction of outbound Bot API payloads and the send limits that apply to a target. */
+import { type OutboundTarget, PlatformError, type RateLimit } from "../../src/channels/types.js";
+import type { TelegramConfig } from "../../src/config/schema.js";
+import { GENERAL_TOPIC_ID } from "./map-update.js";
+
+export interface SendMessageParams {
+  chat_id: string;
+  text: string;
+  message_thread_id?: number;
+  reply_parameters?: { message_id: number; allow_sending_without_reply: boolean };
+}
+
+export interface ChatActionParams {
+  chat_id: string;
+  action: "typing";
+  message_thread_id?: number;
+}
+
+export function sendMessageParams(target: OutboundTarget, text: string): SendMessageParams {
+  const params: SendMessageParams = { chat_id: target.to, text };
+  // Telegram rejects message_thread_id=1 for sends ("message thread not found"); without a thread
+  // id a forum message lands in General anyway.
+  if (target.threadId !== undefined && target.threadId !== GENERAL_TOPIC_ID) params.message_thread_id = threadNumber(target);
+  const replyTo = replyMessageId(target.replyToMessageId);
+  // The original may have been deleted meanwhile; a reply is a nicety, not worth failing the send.
+  if (replyTo !== undefined) params.reply_parameters = { message_id: replyTo, allow_sending_without_reply: true };
+  return params;
+}
+
+/** Chat actions accept the General topic id, and keep the indicator inside the right topic. */
+export function chatActionParams(target: OutboundTarget): ChatActionParams {
+  const params: ChatActionParams = { chat_id: target.to, action: "typing" };
+  if (target.threadId !== undefined) params.message_thread_id = threadNumber(target);
+  return params;
+}
+
+/** Accepts our own `<chat>:<message>[:edit:<date>]` ids as well as a bare message id. */
+export function replyMessageId(id: string | undefined): number | undefined {
+  if (!id) return undefined;
+  const parts = id.split(":");
+  const n = Number(parts.length > 1 ? parts[1] : parts[0]);
+  return Number.isSafeInteger(n) && n > 0 ? n : undefined;
+}
+
+function threadNumber(target: OutboundTarget): number {
+  const n = Number(target.threadId);
+  if (!Number.isSafeInteger(n) || n <= 0) throw new PlatformError("telegram", "invalid", `threadId "${target.threadId}" is not a Telegram topic id`);
+  return n;
+}
+
+/** Groups and supergroups have negative ids; public channels and groups may be addressed as @name. */
+export function isGroupTarget(to: string): boolean {
+  return to.startsWith("-") || to.startsWith("@");
+}
+
+/**
+ * Telegram's published bot limits (core.telegram.org/bots/faq): about 1 message per second in a
+ * private chat, 20 per minute in a group, 30 per second overall. Config may tighten or loosen them.
+ */
+export function rateLimitsFor(target: OutboundTarget, limits: TelegramConfig["rateLimit"] = {}): RateLimit[] {
+  const key = `chat:${target.to}`;
+  const chat = isGroupTarget(target.to) ? bucket(key, limits.perChatPerMinute ?? 20, 60_000) : bucket(key, limits.perChatPerSecond ?? 1, 1000);
+  return [chat, bucket("global", limits.globalPerSecond ?? 30, 1000)];
+}
+
+/** A fractional rate (0.5/s) becomes one send per stretched interval, since buckets count whole sends. */
+function bucket(key: string, rate: number, intervalMs: number): RateLimit {
+  return rate >= 1 ? { key, count: Math.floor(rate), intervalMs } : { key, count: 1, intervalMs: Math.round(intervalMs / rate) };
+}

@@ -1,0 +1,165 @@
+/**
+ * Long-polling loop with a durable offset.
+ *
+ * Telegram forgets an update once getUpdates is called with a higher offset, so the offset is the
+ * acknowledgement: it moves past an update only after `handle(update)` resolved (the core accepted
+ * it) and is persisted right then. A crash therefore re-delivers at most the update in flight
+ * (the core dedupes it by messageId) and never skips one.
+ */
+import type { AdapterKv } from "../../src/channels/types.js";
+import { type BackoffOptions, backoffDelay, retryDelay, sleep } from "./backoff.js";
+import type { TgUpdate } from "./wire.js";
+
+export interface GetUpdatesParams {
+  offset?: number;
+  timeout: number;
+  allowed_updates: readonly string[];
+}
+
+export type PollPhase = "prepare" | "poll" | "handle" | "persist";
+
+export interface PollerDeps {
+  /** Runs before the first poll and is retried with backoff until it succeeds (getMe etc.). */
+  prepare(): Promise<void>;
+  getUpdates(params: GetUpdatesParams, signal: AbortSignal): Promise<TgUpdate[]>;
+  /** Rejecting leaves the update unacknowledged: it is fetched again after a backoff. */
+  handle(update: TgUpdate): Promise<void>;
+  kv: AdapterKv;
+  offsetKey: string;
+  timeoutSeconds: number;
+  allowedUpdates: readonly string[];
+  backoff: BackoffOptions;
+  random?: () => number;
+  onPollOk(): void;
+  onError(err: unknown, phase: PollPhase, retryInMs: number): void;
+}
+
+/**
+ * Slack on top of the server-side long-poll timeout before a silent connection (NAT drop, proxy
+ * black hole) is declared dead; telegraf's own fetch timeout is 500 s.
+ */
+const WATCHDOG_SLACK_MS = 15_000;
+/** With timeout 0 (short polling) an empty answer comes back at once; don't spin on it. */
+const SHORT_POLL_IDLE_MS = 1000;
+
+export class Poller {
+  private readonly stopper = new AbortController();
+  private loop: Promise<void> | undefined;
+  private offset: number | undefined;
+
+  constructor(private readonly deps: PollerDeps) {}
+
+  start(): void {
+    this.loop ??= this.run().catch((err: unknown) => this.deps.onError(err, "poll", 0));
+  }
+
+  /**
+   * Aborts the in-flight long poll and waits for the loop to wind down, but at most `graceMs`:
+   * a slow onInbound must not hold up shutdown (its update is simply re-delivered next time).
+   */
+  async stop(graceMs: number): Promise<void> {
+    this.stopper.abort();
+    if (!this.loop) return;
+    let timer: NodeJS.Timeout | undefined;
+    const grace = new Promise<void>((r) => (timer = setTimeout(r, graceMs)));
+    await Promise.race([this.loop, grace]);
+    clearTimeout(timer);
+  }
+
+  private get stopped(): boolean {
+    return this.stopper.signal.aborted;
+  }
+
+  private async run(): Promise<void> {
+    await this.retrying("prepare", async () => {
+      await this.deps.prepare();
+      const saved = await this.deps.kv.get<number>(this.deps.offsetKey);
+      this.offset = typeof saved === "number" && Number.isFinite(saved) ? saved : undefined;
+    });
+    let pollFailures = 0;
+    let handleFailures = 0;
+    while (!this.stopped) {
+      let updates: TgUpdate[];
+      try {
+        updates = await this.fetch();
+        this.deps.onPollOk();
+        pollFailures = 0;
+      } catch (err) {
+        if (this.stopped) return;
+        await this.pause(err, "poll", pollFailures++);
+        continue;
+      }
+      if (updates.length === 0 && this.deps.timeoutSeconds === 0) await sleep(SHORT_POLL_IDLE_MS, this.stopper.signal);
+      for (const update of updates) {
+        if (this.stopped) return;
+        // Telegram never sends these, but a misbehaving proxy could; acknowledging is idempotent.
+        if (this.offset !== undefined && update.update_id < this.offset) continue;
+        try {
+          await this.deps.handle(update);
+          handleFailures = 0;
+        } catch (err) {
+          if (this.stopped) return;
+          // Skip the rest of the batch: the next poll starts again from this very update.
+          await this.pause(err, "handle", handleFailures++);
+          break;
+        }
+        this.offset = update.update_id + 1;
+        await this.persist(this.offset);
+      }
+    }
+  }
+
+  private async fetch(): Promise<TgUpdate[]> {
+    const request = new AbortController();
+    const onStop = (): void => request.abort();
+    this.stopper.signal.addEventListener("abort", onStop, { once: true });
+    const watchdog = setTimeout(() => request.abort(), this.deps.timeoutSeconds * 1000 + WATCHDOG_SLACK_MS);
+    try {
+      const params: GetUpdatesParams = { timeout: this.deps.timeoutSeconds, allowed_updates: this.deps.allowedUpdates };
+      if (this.offset !== undefined) params.offset = this.offset;
+      const result = await this.deps.getUpdates(params, request.signal);
+      return Array.isArray(result) ? result : [];
+    } catch (err) {
+      if (request.signal.aborted && !this.stopped) {
+        throw new Error(`getUpdates: no answer within ${this.deps.timeoutSeconds}s + ${WATCHDOG_SLACK_MS / 1000}s, connection presumed dead`, { cause: err });
+      }
+      throw err;
+    } finally {
+      clearTimeout(watchdog);
+      this.stopper.signal.removeEventListener("abort", onStop);
+    }
+  }
+
+  /**
+   * The in-memory offset has already moved (the core holds the update), so a failed write only
+   * means a crash before the next successful write re-delivers a few updates, which the core's
+   * dedupe absorbs. Not worth stalling the loop over.
+   */
+  private async persist(offset: number): Promise<void> {
+    try {
+      await this.deps.kv.set(this.deps.offsetKey, offset);
+    } catch (err) {
+      this.deps.onError(err, "persist", 0);
+    }
+  }
+
+  private async retrying(phase: PollPhase, step: () => Promise<void>): Promise<void> {
+    for (let attempt = 0; !this.stopped; attempt++) {
+      try {
+        return await step();
+      } catch (err) {
+        if (this.stopped) return;
+        await this.pause(err, phase, attempt);
+      }
+    }
+  }
+
+  private async pause(err: unknown, phase: PollPhase, attempt: number): Promise<void> {
+    const delay =
+      phase === "poll" || phase === "prepare"
+        ? retryDelay(err, attempt, this.deps.backoff, this.deps.random)
+        : backoffDelay(attempt, this.deps.backoff, this.deps.random);
+    this.deps.onError(err, phase, delay);
+    await sleep(delay, this.stopper.signal);
+  }
+}

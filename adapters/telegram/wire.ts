@@ -1,0 +1,68 @@
+/**
+ * The slice of the Telegram Bot API wire format this adapter reads.
+ *
+ * Deliberately looser than `@telegraf/types`: those are discriminated unions tuned for handler
+ * narrowing, while the mapper only needs optional field access and must tolerate fields from
+ * newer Bot API versions (e.g. topics in private chats) that the pinned types predate.
+ */
+
+export interface TgUser {
+  id: number;
+  is_bot?: boolean;
+  first_name?: string;
+  last_name?: string;
+  username?: string;
+}
+
+export type TgChatType = "private" | "group" | "supergroup" | "channel";
+
+export interface TgChat {
+  id: number;
+  type: TgChatType;
+  title?: string;
+  username?: string;
+  first_name?: string;
+  last_name?: string;
+  is_forum?: boolean;
+}
+
+export interface TgEntity {
+  type: string;
+  offset: number;
+  length: number;
+  user?: TgUser;
+}
+
+export interface TgMessage {
+  message_id: number;
+  message_thread_id?: number;
+  is_topic_message?: boolean;
+  from?: TgUser;
+  sender_chat?: TgChat;
+  chat: TgChat;
+  date: number;
+  edit_date?: number;
+  text?: string;
+  entities?: TgEntity[];
+  caption?: string;
+  caption_entities?: TgEntity[];
+  reply_to_message?: TgMessage;
+  forum_topic_created?: unknown;
+  forward_origin?: unknown;
+  forward_from?: TgUser;
+  forward_from_chat?: TgChat;
+  forward_sender_name?: string;
+  forward_date?: number;
+}
+
+export interface TgUpdate {
+  update_id: number;
+  message?: TgMessage;
+  edited_message?: TgMessage;
+  channel_post?: TgMessage;
+  edited_channel_post?: TgMessage;
+  [other: string]: unknown;
+}
+
+/** The update kinds we ask Telegram for; anything else would only cost bandwidth. */
+export const ALLOWED_UPDATES = ["message", "edited_message"] as const;

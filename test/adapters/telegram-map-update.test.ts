@@ -1,0 +1,156 @@
+import { describe, expect, it } from "vitest";
+import { type BotIdentity, mapUpdate, normalizeCommand } from "../../adapters/telegram/map-update.js";
+import type { TgChat, TgMessage, TgUpdate, TgUser } from "../../adapters/telegram/wire.js";
+
+const BOT: BotIdentity = { id: 999, username: "SwitchboardTestBot" };
+const botUser: TgUser = { id: 999, is_bot: true, first_name: "Switchboard", username: "SwitchboardTestBot" };
+const alice: TgUser = { id: 42, is_bot: false, first_name: "Alice", last_name: "Smith", username: "alice" };
+const dm: TgChat = { id: 42, type: "private", first_name: "Alice" };
+const group: TgChat = { id: -5001, type: "group", title: "Family" };
+const supergroup: TgChat = { id: -100777, type: "supergroup", title: "Ops" };
+const forum: TgChat = { id: -100888, type: "supergroup", title: "Forum", is_forum: true };
+
+function msg(chat: TgChat, extra: Partial<TgMessage> = {}): TgMessage {
+  return { message_id: 7, from: alice, chat, date: 1_700_000_000, text: "hello", ...extra };
+}
+const upd = (message: TgMessage, id = 1): TgUpdate => ({ update_id: id, message });
+const mention = (text: string, handle: string) => [{ type: "mention", offset: text.indexOf(handle), length: handle.length }];
+
+function mapped(update: TgUpdate) {
+  const r = mapUpdate(update, BOT, "default");
+  if (r.kind !== "message") throw new Error(`ignored: ${r.reason}`);
+  return r.msg;
+}
+
+describe("telegram mapUpdate: chat types and routing fields", () => {
+  const cases: { name: string; update: TgUpdate; expected: Record<string, unknown> }[] = [
+    {
+      name: "D1 private chat → direct, peerId = sender id, to = chat id",
+      update: upd(msg(dm)),
+      expected: { channel: "telegram", accountId: "default", chatType: "direct", peerId: "42", to: "42", senderId: "42", senderName: "Alice Smith", messageId: "42:7", timestamp: 1_700_000_000_000, text: "hello", wasMentioned: false },
+    },
+    {
+      name: "D2 group → group, peerId = chat id, groupName = title",
+      update: upd(msg(group)),
+      expected: { chatType: "group", peerId: "-5001", to: "-5001", senderId: "42", groupName: "Family", messageId: "-5001:7" },
+    },
+    {
+      name: "D3 forum topic message → threadId = topic id",
+      update: upd(msg(forum, { message_thread_id: 77, is_topic_message: true })),
+      expected: { chatType: "group", peerId: "-100888", threadId: "77" },
+    },
+    {
+      name: "D4 forum message outside any topic → General topic (1)",
+      update: upd(msg(forum)),
+      expected: { threadId: "1" },
+    },
+    {
+      name: "D5 forum reply inside General (thread id without is_topic_message) → General topic",
+      update: upd(msg(forum, { message_thread_id: 5 })),
+      expected: { threadId: "1" },
+    },
+    {
+      name: "D6 DM with message_thread_id → threadId",
+      update: upd(msg(dm, { message_thread_id: 9, is_topic_message: true })),
+      expected: { chatType: "direct", threadId: "9" },
+    },
+    {
+      name: "D7 caption is used as text",
+      update: upd(msg(group, { text: undefined, caption: "look at this" })),
+      expected: { text: "look at this" },
+    },
+    {
+      name: "D8 senderName falls back to username when there is no name",
+      update: upd(msg(dm, { from: { id: 42, is_bot: false, first_name: "", username: "alice" } })),
+      expected: { senderName: "alice", senderId: "42" },
+    },
+  ];
+  it.each(cases)("$name", ({ update, expected }) => {
+    expect(mapped(update)).toMatchObject(expected);
+  });
+
+  it("D9 a non-forum supergroup's reply thread id is ignored", () => {
+    expect(mapped(upd(msg(supergroup, { message_thread_id: 55 }))).threadId).toBeUndefined();
+  });
+
+  it("D10 group and DM messages carry no thread id and DMs no groupName", () => {
+    const m = mapped(upd(msg(dm)));
+    expect(m).not.toHaveProperty("threadId");
+    expect(m).not.toHaveProperty("groupName");
+    expect(m).not.toHaveProperty("forwarded");
+    expect(m).not.toHaveProperty("edited");
+  });
+});
+
+describe("telegram mapUpdate: mentions", () => {
+  const cases: { name: string; message: TgMessage; mentioned: boolean }[] = [
+    { name: "M1 @botusername entity", message: msg(group, { text: "hey @SwitchboardTestBot", entities: mention("hey @SwitchboardTestBot", "@SwitchboardTestBot") }), mentioned: true },
+    { name: "M2 @botusername matches case-insensitively", message: msg(group, { text: "@switchboardtestbot hi", entities: mention("@switchboardtestbot hi", "@switchboardtestbot") }), mentioned: true },
+    { name: "M3 mention of another user is not a mention of us", message: msg(group, { text: "@someone_else hi", entities: mention("@someone_else hi", "@someone_else") }), mentioned: false },
+    { name: "M4 a longer handle that starts with ours is not us", message: msg(group, { text: "@SwitchboardTestBot2 hi", entities: mention("@SwitchboardTestBot2 hi", "@SwitchboardTestBot2") }), mentioned: false },
+    { name: "M5 text_mention of the bot id", message: msg(group, { text: "Switchboard help", entities: [{ type: "text_mention", offset: 0, length: 11, user: botUser }] }), mentioned: true },
+    { name: "M6 reply to the bot's own message", message: msg(group, { reply_to_message: msg(group, { message_id: 3, from: botUser }) }), mentioned: true },
+    { name: "M7 reply to someone else", message: msg(group, { reply_to_message: msg(group, { message_id: 3 }) }), mentioned: false },
+    {
+      name: "M8 implicit reply to a bot-created topic's creation message is not a mention",
+      message: msg(forum, { message_thread_id: 77, is_topic_message: true, reply_to_message: msg(forum, { message_id: 77, from: botUser, text: undefined, forum_topic_created: { name: "t" } }) }),
+      mentioned: false,
+    },
+    { name: "M9 handle in plain text without an entity does not count (entities are authoritative)", message: msg(group, { text: "@SwitchboardTestBot hi" }), mentioned: false },
+    {
+      name: "M10 mention offsets are UTF-16 (emoji before the handle)",
+      message: msg(group, { text: "👋 @SwitchboardTestBot", entities: [{ type: "mention", offset: 3, length: 19 }] }),
+      mentioned: true,
+    },
+    { name: "M11 mention inside a caption (caption_entities)", message: msg(group, { text: undefined, caption: "@SwitchboardTestBot see", caption_entities: [{ type: "mention", offset: 0, length: 19 }] }), mentioned: true },
+    { name: "M12 a command addressed to us (/status@OurBot) counts as a mention", message: msg(group, { text: "/status@SwitchboardTestBot" }), mentioned: true },
+  ];
+  it.each(cases)("$name", ({ message, mentioned }) => {
+    expect(mapped(upd(message)).wasMentioned).toBe(mentioned);
+  });
+});
+
+describe("telegram mapUpdate: commands addressed to bots", () => {
+  const cases: { name: string; text: string; out: string; ours: boolean }[] = [
+    { name: "C1 /send@OurBot off → /send off", text: "/send@SwitchboardTestBot off", out: "/send off", ours: true },
+    { name: "C2 bot name matched case-insensitively", text: "/send@switchboardtestbot on", out: "/send on", ours: true },
+    { name: "C3 bare command at end of text", text: "/status@SwitchboardTestBot", out: "/status", ours: true },
+    { name: "C4 a command for another bot is left as is", text: "/send@OtherBot off", out: "/send@OtherBot off", ours: false },
+    { name: "C5 a plain command is unchanged", text: "/send off", out: "/send off", ours: false },
+    { name: "C6 a command suffix mid-text is not touched", text: "try /send@SwitchboardTestBot off", out: "try /send@SwitchboardTestBot off", ours: false },
+    { name: "C7 a longer bot name that starts with ours is another bot", text: "/send@SwitchboardTestBotX off", out: "/send@SwitchboardTestBotX off", ours: false },
+  ];
+  it.each(cases)("$name", ({ text, out, ours }) => {
+    expect(normalizeCommand(text, BOT.username)).toEqual({ text: out, addressedToUs: ours });
+    expect(mapped(upd(msg(group, { text }))).text).toBe(out);
+  });
+});
+
+describe("telegram mapUpdate: forwarded and edited", () => {
+  it("F1 forward_origin marks a message forwarded", () => {
+    expect(mapped(upd(msg(dm, { forward_origin: { type: "user", date: 1, sender_user: alice } }))).forwarded).toBe(true);
+  });
+  it("F2 legacy forward_date / forward_from also mark it forwarded", () => {
+    expect(mapped(upd(msg(dm, { forward_date: 1 }))).forwarded).toBe(true);
+    expect(mapped(upd(msg(dm, { forward_from: alice }))).forwarded).toBe(true);
+  });
+  it("E1 edited_message → edited, own dedupe id, edit time as timestamp", () => {
+    const m = mapped({ update_id: 3, edited_message: msg(dm, { edit_date: 1_700_000_100, text: "hello!" }) });
+    expect(m).toMatchObject({ edited: true, text: "hello!", messageId: "42:7:edit:1700000100", timestamp: 1_700_000_100_000 });
+  });
+});
+
+describe("telegram mapUpdate: ignored updates", () => {
+  const cases: { name: string; update: TgUpdate; reason: string }[] = [
+    { name: "I1 the bot's own message", update: upd(msg(group, { from: botUser })), reason: "own_message" },
+    { name: "I2 channel_post update", update: { update_id: 1, channel_post: msg({ id: -100999, type: "channel", title: "News" }, { from: undefined }) }, reason: "channel_post" },
+    { name: "I3 message in a channel chat", update: upd(msg({ id: -100999, type: "channel", title: "News" })), reason: "channel_post" },
+    { name: "I4 no text and no caption (sticker)", update: upd(msg(dm, { text: undefined })), reason: "no_text" },
+    { name: "I5 whitespace-only text", update: upd(msg(dm, { text: "  \n" })), reason: "no_text" },
+    { name: "I6 no sender", update: upd(msg(group, { from: undefined })), reason: "no_sender" },
+    { name: "I7 other update kinds (callback_query)", update: { update_id: 1, callback_query: { id: "x" } }, reason: "unsupported" },
+  ];
+  it.each(cases)("$name", ({ update, reason }) => {
+    expect(mapUpdate(update, BOT, "default")).toEqual({ kind: "ignore", reason });
+  });
+});

@@ -1,0 +1,505 @@
+/**
+ * The Telegram adapter end to end: real telegraf, real HTTP, against the fake Bot API.
+ */
+import pino from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { createTelegramAdapter, type TelegramAdapter, type TelegramAdapterOptions } from "../../adapters/telegram/index.js";
+import { type AdapterKv, type InboundMessage, type OutboundTarget, PlatformError } from "../../src/channels/types.js";
+import { ConfigSchema, type TelegramConfig } from "../../src/config/schema.js";
+import { type ApiReply, errors, FakeTelegramBotApi, fakeUser, groupChat, ok, privateChat, supergroupChat, waitFor } from "../fakes/telegram-bot-api.js";
+
+class MemoryKv implements AdapterKv {
+  readonly map = new Map<string, unknown>();
+  async get<T>(key: string): Promise<T | undefined> {
+    return this.map.get(key) as T | undefined;
+  }
+  async set<T>(key: string, value: T): Promise<void> {
+    this.map.set(key, value);
+  }
+  async delete(key: string): Promise<void> {
+    this.map.delete(key);
+  }
+}
+
+const OFFSET_KEY = "telegram:default:offset";
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!();
+});
+
+interface Harness {
+  api: FakeTelegramBotApi;
+  kv: MemoryKv;
+  adapter: TelegramAdapter;
+  /** Successfully accepted messages, in order. */
+  inbound: InboundMessage[];
+  /** Replaceable onInbound behaviour; the default accepts. */
+  handler: (m: InboundMessage) => Promise<void>;
+}
+
+interface BootOptions {
+  api?: FakeTelegramBotApi;
+  kv?: MemoryKv;
+  config?: Partial<TelegramConfig>;
+  options?: TelegramAdapterOptions;
+  start?: boolean;
+}
+
+async function newApi(opts?: ConstructorParameters<typeof FakeTelegramBotApi>[0]): Promise<FakeTelegramBotApi> {
+  const api = new FakeTelegramBotApi(opts);
+  await api.start();
+  cleanups.unshift(() => api.stop()); // fakes close after every adapter
+  return api;
+}
+
+function telegramConfig(extra: Partial<TelegramConfig>): TelegramConfig {
+  const parsed = ConfigSchema.parse({ channels: { telegram: { enabled: true, pollTimeoutSeconds: 30, ...extra } } });
+  return parsed.channels.telegram!;
+}
+
+async function boot(o: BootOptions = {}): Promise<Harness> {
+  const api = o.api ?? (await newApi());
+  const kv = o.kv ?? new MemoryKv();
+  const h = { api, kv, inbound: [] as InboundMessage[] } as Harness;
+  h.handler = async (m) => void h.inbound.push(m);
+  const ctx = { onInbound: (m: InboundMessage) => h.handler(m), kv, log: pino({ level: "silent" }) };
+  const config = telegramConfig({ botToken: api.token, apiRoot: api.apiRoot, ...o.config });
+  h.adapter = createTelegramAdapter(config, ctx, { backoff: { initialMs: 20, maxMs: 200 }, ...o.options });
+  cleanups.push(() => h.adapter.stop());
+  if (o.start !== false) {
+    const seq = api.calls.length;
+    await h.adapter.start();
+    await api.waitForCall("getUpdates", (c) => c.seq >= seq);
+  }
+  return h;
+}
+
+const alice = fakeUser("Alice", { last_name: "Smith", username: "alice" });
+const bob = fakeUser("Bob");
+const target = (m: InboundMessage, extra: Partial<OutboundTarget> = {}): OutboundTarget => ({ channel: "telegram", accountId: m.accountId, to: m.to, threadId: m.threadId, ...extra });
+
+describe("telegram adapter: boot", () => {
+  it("B1 boots with getMe, deleteWebhook, setMyCommands, then long-polls message updates", async () => {
+    const { api, adapter } = await boot();
+    expect(api.apiCalls.map((c) => c.method)).toEqual(["getMe", "deleteWebhook", "setMyCommands"]);
+    expect(api.callsTo("deleteWebhook")[0].body).toEqual({ drop_pending_updates: false });
+    expect(api.callsTo("getUpdates")[0].body).toEqual({ timeout: 30, allowed_updates: ["message", "edited_message"] });
+    expect(adapter.botUsername()).toBe("SwitchboardTestBot");
+    expect(adapter.health()).toEqual({ connected: true, lastInboundAt: null, lastError: null });
+    expect(adapter.textChunkLimit).toBe(4000);
+  });
+
+  it("B2 a webhook left behind by another deployment is removed so polling works", async () => {
+    const api = await newApi();
+    api.webhookUrl = "https://old.example.com/hook";
+    const h = await boot({ api });
+    api.injectText({ chat: privateChat(alice), from: alice, text: "hi" });
+    await waitFor(() => h.inbound.length === 1);
+    expect(api.webhookUrl).toBe("");
+  });
+
+  it("B3 a rejected token (401) fails start() with an auth error and no polling", async () => {
+    const api = await newApi();
+    const h = await boot({ api, config: { botToken: "777:not-the-right-one" }, start: false });
+    const err = await h.adapter.start().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(PlatformError);
+    expect((err as PlatformError).code).toBe("auth");
+    expect(String((err as Error).message)).not.toContain("not-the-right-one");
+    expect(h.adapter.health().lastError).toBe("getMe: 401: Unauthorized");
+    expect(api.callsTo("getUpdates")).toHaveLength(0);
+  });
+
+  it("B4 an unreachable Telegram at start does not fail start(); it connects in the background", async () => {
+    const api = await newApi();
+    api.failNext("getMe", errors.badGateway, 2);
+    const h = await boot({ api, start: false });
+    await h.adapter.start();
+    expect(h.adapter.health().connected).toBe(false);
+    await api.waitForCall("getUpdates");
+    await waitFor(() => h.adapter.health().connected);
+    expect(api.callsTo("getMe")).toHaveLength(3);
+  });
+
+  it("B5 an empty token fails start() with auth; an unreachable https root still starts and stops promptly", async () => {
+    const empty = await boot({ config: { botToken: "" }, start: false });
+    await expect(empty.adapter.start()).rejects.toMatchObject({ code: "auth" });
+
+    const kv = new MemoryKv();
+    const ctx = { onInbound: async () => {}, kv, log: pino({ level: "silent" }) };
+    const adapter = createTelegramAdapter(telegramConfig({ botToken: "1:x", apiRoot: "https://127.0.0.1:1" }), ctx, { backoff: { initialMs: 20, maxMs: 50 } });
+    cleanups.push(() => adapter.stop());
+    await adapter.start();
+    await waitFor(() => adapter.health().lastError?.startsWith("prepare:"), 5000, "background retry");
+    expect(adapter.health().connected).toBe(false);
+    const t0 = Date.now();
+    await adapter.stop();
+    expect(Date.now() - t0).toBeLessThan(500);
+  });
+});
+
+describe("telegram adapter: inbound mapping", () => {
+  it("D1 a private message maps to chatType direct with the sender id as peer", async () => {
+    const h = await boot();
+    const u = h.api.injectText({ chat: privateChat(alice), from: alice, text: "hello" });
+    await waitFor(() => h.inbound[0]);
+    const m = u.message as { message_id: number; date: number };
+    expect(h.inbound[0]).toEqual({
+      channel: "telegram", accountId: "default", chatType: "direct", peerId: String(alice.id), senderId: String(alice.id), senderName: "Alice Smith",
+      text: "hello", messageId: `${alice.id}:${m.message_id}`, wasMentioned: false, to: String(alice.id), timestamp: m.date * 1000,
+    });
+    expect(h.adapter.health().lastInboundAt).toEqual(expect.any(Number));
+  });
+
+  it("D2 a group message maps to chatType group with the chat id as peer and the title", async () => {
+    const h = await boot();
+    h.api.injectText({ chat: groupChat(-5001, "Family"), from: bob, text: "dinner?" });
+    await waitFor(() => h.inbound[0]);
+    expect(h.inbound[0]).toMatchObject({ chatType: "group", peerId: "-5001", to: "-5001", senderId: String(bob.id), groupName: "Family", wasMentioned: false });
+  });
+
+  it("D3 a forum topic message carries the topic as threadId and the reply goes back into the topic", async () => {
+    const h = await boot();
+    h.api.injectText({ chat: supergroupChat(-100888, "Forum", { forum: true }), from: alice, text: "in topic", threadId: 77 });
+    await waitFor(() => h.inbound[0]);
+    expect(h.inbound[0]).toMatchObject({ chatType: "group", peerId: "-100888", threadId: "77", wasMentioned: false });
+    await h.adapter.send(target(h.inbound[0]), "topic reply");
+    expect(h.api.callsTo("sendMessage")[0].body).toEqual({ chat_id: "-100888", text: "topic reply", message_thread_id: 77 });
+    expect(h.api.sent[0]).toMatchObject({ message_thread_id: 77, is_topic_message: true });
+  });
+
+  it("D4 the General topic (id 1) is a thread for routing but sends omit it, as Telegram rejects it", async () => {
+    const h = await boot();
+    h.api.injectText({ chat: supergroupChat(-100888, "Forum", { forum: true }), from: alice, text: "general chat" });
+    await waitFor(() => h.inbound[0]);
+    expect(h.inbound[0].threadId).toBe("1");
+    await h.adapter.send(target(h.inbound[0]), "to general");
+    expect(h.api.callsTo("sendMessage")[0].body).toEqual({ chat_id: "-100888", text: "to general" });
+  });
+
+  it("D5 a non-forum supergroup's reply thread id does not become a threadId", async () => {
+    const h = await boot();
+    h.api.injectText({ chat: supergroupChat(-100777, "Ops"), from: alice, text: "reply chain", threadId: 55 });
+    await waitFor(() => h.inbound[0]);
+    expect(h.inbound[0].threadId).toBeUndefined();
+  });
+
+  it("D6 edited messages are delivered flagged edited, with their own id", async () => {
+    const h = await boot();
+    const u = h.api.injectText({ chat: privateChat(alice), from: alice, text: "helo" });
+    const id = (u.message as { message_id: number }).message_id;
+    h.api.injectText({ chat: privateChat(alice), from: alice, text: "hello", editOf: id });
+    await waitFor(() => h.inbound.length === 2);
+    expect(h.inbound[1]).toMatchObject({ edited: true, text: "hello" });
+    expect(h.inbound[1].messageId).not.toBe(h.inbound[0].messageId);
+  });
+
+  it("D7 forwarded messages are flagged", async () => {
+    const h = await boot();
+    h.api.injectText({ chat: privateChat(alice), from: alice, text: "/send off", forwardedFrom: bob });
+    await waitFor(() => h.inbound[0]);
+    expect(h.inbound[0].forwarded).toBe(true);
+  });
+
+  it("I1 the bot's own messages and text-less messages are skipped, but the offset moves past them", async () => {
+    const h = await boot();
+    const group = groupChat(-5001, "Family");
+    h.api.injectText({ chat: group, from: h.api.bot, text: "echo of my own" });
+    h.api.injectText({ chat: group, from: alice }); // a sticker
+    const last = h.api.injectText({ chat: group, from: alice, text: "real" });
+    await waitFor(() => h.inbound.length === 1);
+    expect(h.inbound.map((m) => m.text)).toEqual(["real"]);
+    await waitFor(async () => (await h.kv.get(OFFSET_KEY)) === last.update_id + 1);
+    await waitFor(() => h.api.pendingUpdates.length === 0, 5000, "fake saw the confirming offset");
+  });
+});
+
+describe("telegram adapter: mentions and commands", () => {
+  const group = groupChat(-5001, "Family");
+
+  it("M1 @botusername (any case) is a mention; another handle is not", async () => {
+    const h = await boot();
+    h.api.injectText({ chat: group, from: alice, text: "hey @switchboardtestbot" });
+    h.api.injectText({ chat: group, from: alice, text: "hey @someone_else" });
+    await waitFor(() => h.inbound.length === 2);
+    expect(h.inbound.map((m) => m.wasMentioned)).toEqual([true, false]);
+  });
+
+  it("M2 a reply to one of the bot's messages is a mention", async () => {
+    const h = await boot();
+    h.api.injectText({ chat: group, from: alice, text: "question" });
+    await waitFor(() => h.inbound[0]);
+    await h.adapter.send(target(h.inbound[0]), "answer");
+    h.api.injectText({ chat: group, from: alice, text: "follow-up", replyTo: h.api.sent[0] });
+    await waitFor(() => h.inbound.length === 2);
+    expect(h.inbound[1].wasMentioned).toBe(true);
+  });
+
+  it("M3 plain messages in a topic the bot created are not mentions", async () => {
+    const h = await boot();
+    const forum = supergroupChat(-100888, "Forum", { forum: true });
+    h.api.injectText({ chat: forum, from: h.api.bot, text: "topic opener", threadId: 9 });
+    h.api.injectText({ chat: forum, from: alice, text: "chatting", threadId: 9 });
+    await waitFor(() => h.inbound[0]);
+    expect(h.inbound[0]).toMatchObject({ text: "chatting", wasMentioned: false, threadId: "9" });
+  });
+
+  it("C1 /send@OurBot off is normalised to /send off (and is addressed to us)", async () => {
+    const h = await boot();
+    h.api.injectText({ chat: group, from: alice, text: "/send@SwitchboardTestBot off" });
+    await waitFor(() => h.inbound[0]);
+    expect(h.inbound[0]).toMatchObject({ text: "/send off", wasMentioned: true });
+  });
+
+  it("C2 /send@OtherBot off is left untouched so it is not a command for us", async () => {
+    const h = await boot();
+    h.api.injectText({ chat: group, from: alice, text: "/send@OtherBot off" });
+    await waitFor(() => h.inbound[0]);
+    expect(h.inbound[0]).toMatchObject({ text: "/send@OtherBot off", wasMentioned: false });
+  });
+});
+
+describe("telegram adapter: offset durability", () => {
+  it("O1 the offset is persisted only after onInbound resolved", async () => {
+    const h = await boot();
+    let accept!: () => void;
+    h.handler = (m) => new Promise<void>((r) => (accept = () => r(void h.inbound.push(m))));
+    const u = h.api.injectText({ chat: privateChat(alice), from: alice, text: "slow" });
+    await waitFor(() => accept);
+    expect(await h.kv.get(OFFSET_KEY)).toBeUndefined();
+    accept();
+    await waitFor(async () => (await h.kv.get(OFFSET_KEY)) === u.update_id + 1);
+  });
+
+  it("O2 a restart with the same kv resumes after processed updates, even if Telegram never saw the confirmation", async () => {
+    const api = await newApi();
+    // Simulates a crash right after the offset was saved: Telegram keeps every update.
+    api.override("getUpdates", async (body) => {
+      await new Promise((r) => setTimeout(r, 20));
+      return ok(api.pendingUpdates.filter((u) => u.update_id >= Number(body.offset ?? 0)));
+    });
+    const h1 = await boot({ api });
+    const a = api.injectText({ chat: privateChat(alice), from: alice, text: "a" });
+    const b = api.injectText({ chat: privateChat(alice), from: alice, text: "b" });
+    await waitFor(() => h1.inbound.length === 2);
+    await waitFor(async () => (await h1.kv.get(OFFSET_KEY)) === b.update_id + 1);
+    await h1.adapter.stop();
+    api.override("getUpdates", undefined);
+    expect(api.pendingUpdates.map((u) => u.update_id)).toEqual([a.update_id, b.update_id]);
+
+    const seq = api.calls.length;
+    const h2 = await boot({ api, kv: h1.kv });
+    expect(api.calls.find((c) => c.method === "getUpdates" && c.seq >= seq)?.body.offset).toBe(b.update_id + 1);
+    api.injectText({ chat: privateChat(alice), from: alice, text: "c" });
+    await waitFor(() => h2.inbound.length === 1);
+    expect(h2.inbound.map((m) => m.text)).toEqual(["c"]);
+  });
+
+  it("O3 an update whose onInbound rejected is re-delivered, before the ones after it", async () => {
+    const api = await newApi();
+    api.injectText({ chat: privateChat(alice), from: alice, text: "x" });
+    api.injectText({ chat: privateChat(alice), from: alice, text: "y" });
+    const h = await boot({ api, start: false });
+    const attempts: string[] = [];
+    h.handler = async (m) => {
+      attempts.push(m.text);
+      if (m.text === "x" && attempts.length === 1) throw new Error("store unavailable");
+      h.inbound.push(m);
+    };
+    await h.adapter.start();
+    await waitFor(() => h.inbound.length === 2);
+    expect(attempts).toEqual(["x", "x", "y"]);
+    expect(h.inbound.map((m) => m.text)).toEqual(["x", "y"]);
+    expect(h.adapter.health().lastError).toContain("store unavailable");
+  });
+
+  it("O4 an update whose onInbound never resolved before stop() is delivered again after a restart", async () => {
+    const api = await newApi();
+    const h1 = await boot({ api, options: { stopGraceMs: 50 } });
+    let stuck = false;
+    h1.handler = () => ((stuck = true), new Promise<void>(() => {}));
+    const u = api.injectText({ chat: privateChat(alice), from: alice, text: "in flight" });
+    await waitFor(() => stuck);
+    await h1.adapter.stop();
+    expect(await h1.kv.get(OFFSET_KEY)).toBeUndefined();
+
+    const h2 = await boot({ api, kv: h1.kv });
+    await waitFor(() => h2.inbound.length === 1);
+    expect(h2.inbound[0].text).toBe("in flight");
+    await waitFor(async () => (await h2.kv.get(OFFSET_KEY)) === u.update_id + 1);
+  });
+});
+
+describe("telegram adapter: polling errors", () => {
+  it("R1 a second poller on the same token (409) is survived: polling recovers once it is gone", async () => {
+    const api = await newApi();
+    const h1 = await boot({ api });
+    const h2 = await boot({ api, kv: new MemoryKv() });
+    await waitFor(() => h1.adapter.health().lastError?.includes("409"), 5000, "h1 saw a 409");
+    await h2.adapter.stop();
+    api.injectText({ chat: privateChat(alice), from: alice, text: "after the conflict" });
+    await waitFor(() => h1.inbound.length === 1);
+    expect(h1.adapter.health().connected).toBe(true);
+    expect(h1.adapter.health().lastError).toMatch(/^poll: 409: Conflict/);
+  });
+
+  it("R2 a 429 on getUpdates waits retry_after seconds before polling again", async () => {
+    const api = await newApi();
+    api.failNext("getUpdates", errors.tooManyRequests(1));
+    const h = await boot({ api });
+    const polls = await waitFor(() => (api.callsTo("getUpdates").length >= 2 ? api.callsTo("getUpdates") : undefined));
+    expect(polls[0].reply).toEqual(errors.tooManyRequests(1));
+    // The test backoff is 20 ms, so a ~1 s gap can only come from retry_after.
+    expect(polls[1].at - polls[0].at).toBeGreaterThanOrEqual(950);
+    expect(h.adapter.health().lastError).toBe("poll: 429: Too Many Requests: retry after 1");
+  });
+
+  it("R3 5xx and dropped connections are retried with backoff, and errors never show the token", async () => {
+    const api = await newApi();
+    const replies: ApiReply[] = [errors.badGateway, { destroySocket: true }, errors.serverError];
+    api.override("getUpdates", () => replies.shift());
+    const h = await boot({ api, start: false });
+    const lastErrors = new Set<string>();
+    await h.adapter.start();
+    api.injectText({ chat: privateChat(alice), from: alice, text: "survived" });
+    await waitFor(() => {
+      const e = h.adapter.health().lastError;
+      if (e) lastErrors.add(e);
+      return h.inbound.length === 1;
+    });
+    expect(api.callsTo("getUpdates").length).toBeGreaterThanOrEqual(4);
+    for (const e of lastErrors) expect(e).not.toContain(api.token.split(":")[1]);
+    expect(h.adapter.health().connected).toBe(true);
+  });
+});
+
+describe("telegram adapter: sending", () => {
+  async function withDm(o: BootOptions = {}) {
+    const h = await boot(o);
+    h.api.injectText({ chat: privateChat(alice), from: alice, text: "hi" });
+    await waitFor(() => h.inbound[0]);
+    return h;
+  }
+
+  it("S1 send returns the platform message id and replies to the given message", async () => {
+    const h = await withDm();
+    const receipt = await h.adapter.send(target(h.inbound[0], { replyToMessageId: h.inbound[0].messageId }), "hello back");
+    expect(receipt).toEqual({ messageId: String(h.api.sent[0].message_id) });
+    expect(h.api.callsTo("sendMessage")[0].body).toEqual({
+      chat_id: String(alice.id), text: "hello back", reply_parameters: { message_id: Number(h.inbound[0].messageId.split(":")[1]), allow_sending_without_reply: true },
+    });
+    expect(h.api.sent[0].reply_to_message?.text).toBe("hi");
+  });
+
+  it("S2 a user who blocked the bot (403) → PlatformError forbidden, not retried", async () => {
+    const h = await withDm();
+    h.api.blockChat(alice.id);
+    const err = await h.adapter.send(target(h.inbound[0]), "x").catch((e: unknown) => e);
+    expect(err).toMatchObject({ name: "PlatformError", channel: "telegram", code: "forbidden", retryable: false });
+    expect(h.api.callsTo("sendMessage")).toHaveLength(1);
+  });
+
+  it("S3 Telegram's per-chat limit (429) → rate_limited with retryAfterMs, not retried", async () => {
+    const api = await newApi({ enforceRateLimits: true });
+    const h = await withDm({ api });
+    await h.adapter.send(target(h.inbound[0]), "first");
+    const err = (await h.adapter.send(target(h.inbound[0]), "second").catch((e: unknown) => e)) as PlatformError;
+    expect(err).toBeInstanceOf(PlatformError);
+    expect([err.code, err.retryAfterMs, err.retryable]).toEqual(["rate_limited", 1000, true]);
+    expect(api.rateLimitHits).toBe(1);
+    expect(api.callsTo("sendMessage")).toHaveLength(2);
+  });
+
+  it("S4 chat not found → not_found; a dropped connection → transport", async () => {
+    const api = await newApi({ strictChats: true });
+    const h = await boot({ api });
+    const err = (await h.adapter.send({ channel: "telegram", accountId: "default", to: "424242" }, "x").catch((e: unknown) => e)) as PlatformError;
+    expect(err.code).toBe("not_found");
+    api.failNext("sendMessage", { destroySocket: true });
+    const err2 = (await h.adapter.send({ channel: "telegram", accountId: "default", to: "424242" }, "x").catch((e: unknown) => e)) as PlatformError;
+    expect(err2.code).toBe("transport");
+    expect(err2.message).not.toContain(api.token);
+  });
+
+  it("S5 typing sends a typing chat action into the topic, and never throws", async () => {
+    const h = await boot();
+    const t: OutboundTarget = { channel: "telegram", accountId: "default", to: "-100888", threadId: "77" };
+    await h.adapter.typing!(t);
+    expect(h.api.callsTo("sendChatAction")[0].body).toEqual({ chat_id: "-100888", action: "typing", message_thread_id: 77 });
+    h.api.blockChat(-100888);
+    await expect(h.adapter.typing!(t)).resolves.toBeUndefined();
+  });
+
+  it("L1 rateLimitsFor reports Telegram's published limits", async () => {
+    const h = await boot({ start: false });
+    expect(h.adapter.rateLimitsFor!({ channel: "telegram", accountId: "default", to: "42" })).toEqual([{ key: "chat:42", count: 1, intervalMs: 1000 }, { key: "global", count: 30, intervalMs: 1000 }]);
+    expect(h.adapter.rateLimitsFor!({ channel: "telegram", accountId: "default", to: "-100888" })[0]).toEqual({ key: "chat:-100888", count: 20, intervalMs: 60_000 });
+  });
+});
+
+describe("telegram adapter: command menu", () => {
+  it("K1 setMyCommands runs once across restarts with the same kv, and again when the commands change", async () => {
+    const api = await newApi();
+    const kv = new MemoryKv();
+    const h1 = await boot({ api, kv });
+    await h1.adapter.stop();
+    const h2 = await boot({ api, kv });
+    await h2.adapter.stop();
+    expect(api.callsTo("setMyCommands")).toHaveLength(1);
+    expect(api.commands.get("default")?.map((c) => (c as { command: string }).command)).toEqual(["send", "status", "sid", "new", "reset", "stop", "help"]);
+
+    await boot({ api, kv, options: { commands: [{ command: "status", description: "Show the session status" }] } });
+    expect(api.callsTo("setMyCommands")).toHaveLength(2);
+    expect(api.commands.get("default")).toEqual([{ command: "status", description: "Show the session status" }]);
+  });
+
+  it("K2 a 429 on setMyCommands does not block polling; the next start tries again", async () => {
+    const api = await newApi();
+    api.failNext("setMyCommands", errors.tooManyRequests(480));
+    const kv = new MemoryKv();
+    const h1 = await boot({ api, kv });
+    expect(h1.adapter.health().lastError).toBe("setMyCommands: 429: Too Many Requests: retry after 480");
+    api.injectText({ chat: privateChat(alice), from: alice, text: "still works" });
+    await waitFor(() => h1.inbound.length === 1);
+    await h1.adapter.stop();
+    await boot({ api, kv });
+    expect(api.callsTo("setMyCommands").map((c) => (c.reply as { ok: boolean }).ok)).toEqual([false, true]);
+  });
+});
+
+function resourceCounts(): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const r of process.getActiveResourcesInfo()) counts.set(r, (counts.get(r) ?? 0) + 1);
+  return counts;
+}
+
+describe("telegram adapter: stop", () => {
+  it("T1 stop() aborts the parked long poll promptly, polls no more and leaks no handles", async () => {
+    const before = resourceCounts();
+    const api = new FakeTelegramBotApi();
+    await api.start();
+    const h = await boot({ api });
+    const polls = api.callsTo("getUpdates").length;
+    expect(api.isPolling).toBe(true);
+    const t0 = Date.now();
+    await h.adapter.stop();
+    // Well under stopGraceMs (1 s): the poll was aborted, not waited out.
+    expect(Date.now() - t0).toBeLessThan(500);
+    expect(h.adapter.health().connected).toBe(false);
+    await waitFor(() => !api.isPolling, 2000, "fake saw the long poll aborted");
+    await api.stop();
+    expect(api.callsTo("getUpdates")).toHaveLength(polls);
+    const leaked = (): string[] => [...resourceCounts()].filter(([type, n]) => n > (before.get(type) ?? 0)).map(([type]) => type);
+    await waitFor(() => leaked().length === 0, 2000, "handles released").catch(() => expect(leaked()).toEqual([]));
+  });
+
+  it("T2 stop() is prompt even while onInbound hangs", async () => {
+    const h = await boot({ options: { stopGraceMs: 200 } });
+    let called = false;
+    h.handler = () => ((called = true), new Promise<void>(() => {}));
+    h.api.injectText({ chat: privateChat(alice), from: alice, text: "hang" });
+    await waitFor(() => called);
+    const t0 = Date.now();
+    await h.adapter.stop();
+    expect(Date.now() - t0).toBeLessThan(1000);
+  });
+});
