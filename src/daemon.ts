@@ -8,6 +8,7 @@ import type pino from "pino";
 import { App, type AppOptions } from "./app.js";
 import type { AdapterContext, ChannelAdapter } from "./channels/types.js";
 import type { Config } from "./config/schema.js";
+import type { RunEvent } from "./agents/runtime.js";
 import { Gateway } from "./gateway/server.js";
 import { createWebchatAdapter } from "./web/webchat-adapter.js";
 import { VERSION } from "./version.js";
@@ -50,6 +51,10 @@ export class Daemon {
     this.serveWebchat();
     for (const plugin of this.opts.plugins ?? []) await plugin(this);
     if (config.channels.webchat.enabled) this.app.registerAdapter(createWebchatAdapter((event, payload) => this.gateway.broadcast(event, payload)));
+    // Operators see run lifecycles live (queued → start → end) as `agent` events.
+    this.app.runtime.events.on("run", (ev: RunEvent) =>
+      this.gateway.broadcast("agent", ev.phase === "end" ? { runId: ev.runId, sessionKey: ev.sessionKey, phase: "end", status: ev.outcome.status } : { runId: ev.runId, sessionKey: ev.sessionKey, phase: ev.phase }),
+    );
     await this.app.outbox.start();
     await this.app.router.start();
     const { port, host } = await this.gateway.listen();

@@ -228,3 +228,30 @@ describe("gateway unknown agent", () => {
   });
 });
 
+
+describe("web chat page", () => {
+  it("serves the page, its script and stylesheet on the gateway port", async () => {
+    h = await startHarness();
+    const base = h.url.replace("ws://", "http://");
+    const page = await fetch(base);
+    expect(page.headers.get("content-type")).toMatch(/text\/html/);
+    const html = await page.text();
+    expect(html).toContain('<script type="module" src="/webchat.js">');
+    expect(html).toMatch(/<label for="message"/);
+    const js = await fetch(`${base}webchat.js`);
+    expect(js.headers.get("content-type")).toMatch(/javascript/);
+    expect(await js.text()).toContain('"chat.send"');
+    expect((await fetch(`${base}webchat.css`)).status).toBe(200);
+    expect((await fetch(`${base}nope`)).status).toBe(404);
+  });
+
+  it("operators receive agent lifecycle events", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    const events: any[] = [];
+    c.on("event", (name, payload) => name === "agent" && events.push(payload));
+    await c.request("agent", { message: "hi", idempotencyKey: "ev" }, { expectFinal: true });
+    await vi.waitFor(() => expect(events.map((e) => e.phase)).toEqual(["queued", "start", "end"]));
+    expect(events[2]).toMatchObject({ runId: "ev", status: "ok" });
+  });
+});
