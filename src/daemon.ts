@@ -13,7 +13,8 @@ import { Gateway } from "./gateway/server.js";
 import { createWebchatAdapter } from "./web/webchat-adapter.js";
 import { VERSION } from "./version.js";
 
-export type AdapterFactory = (ctx: AdapterContext) => Promise<ChannelAdapter>;
+/** Builds a platform adapter; receives the validated config so a test can swap only the seam. */
+export type AdapterFactory = (ctx: AdapterContext, config: Config) => Promise<ChannelAdapter>;
 
 export interface DaemonOptions extends AppOptions {
   /** Replace the adapter of a platform (tests inject fakes' seams, e.g. the WhatsApp socket). */
@@ -106,7 +107,7 @@ export class Daemon {
         log: this.log.child({ component: "adapter", channel, accountId }),
       };
       try {
-        const adapter = await factory(ctx);
+        const adapter = await factory(ctx, this.app.config);
         this.app.registerAdapter(adapter);
         // A platform that is down must not keep the daemon (and the other channels) from running.
         await adapter.start().catch((err: unknown) => ctx.log.error({ err: (err as Error).message }, "channel failed to start; see `switchboard status`"));

@@ -1,0 +1,74 @@
+/**
+ * Every Discord failure becomes a PlatformError here, so the outbox can decide retry vs give up from
+ * `code` alone. Messages carry Discord's own text and code but never a credential.
+ */
+import { DiscordAPIError, DiscordjsError, DiscordjsErrorCodes, HTTPError, RateLimitError } from "discord.js";
+import { PlatformError, type PlatformErrorCode } from "../../src/channels/types.js";
+
+/** Discord JSON error codes that mean "you may not do this here". */
+const FORBIDDEN_CODES = new Set([50001 /* Missing Access */, 50013 /* Missing Permissions */, 50007 /* Cannot DM user */]);
+/** Unknown Channel/Message/Webhook/Interaction. */
+const NOT_FOUND_CODES = new Set([10003, 10008, 10015, 10062]);
+
+/** Removes the bot token and interaction/webhook tokens (which sit in URL paths) from text. */
+export function redact(text: string, token?: string): string {
+  let out = text.replace(/\/(interactions\/\d+|webhooks\/\d+)\/[^/\s?]+/g, "/$1/:token");
+  if (token) out = out.split(token).join("[token]");
+  return out;
+}
+
+function pathOf(url: string): string {
+  try {
+    return new URL(url).pathname;
+  } catch {
+    return url;
+  }
+}
+
+function classifyApiError(status: number, code: number | string): PlatformErrorCode {
+  if (status === 429) return "rate_limited";
+  if (status === 401) return "auth";
+  if (status === 403 || (typeof code === "number" && FORBIDDEN_CODES.has(code))) return "forbidden";
+  if (status === 404 || (typeof code === "number" && NOT_FOUND_CODES.has(code))) return "not_found";
+  if (status >= 500) return "transport";
+  return "invalid";
+}
+
+function gatewayCode(err: Error): PlatformErrorCode | null {
+  if (err instanceof DiscordjsError && err.code === DiscordjsErrorCodes.TokenInvalid) return "auth";
+  // @discordjs/ws reports fatal close codes as plain Errors: 4004 and 4014.
+  if (err.message === "Authentication failed") return "auth";
+  if (err.message === "Used disallowed intents") return "forbidden";
+  return null;
+}
+
+/** Maps anything thrown by discord.js/@discordjs/rest (or our own code) to a PlatformError. */
+export function toPlatformError(err: unknown, token?: string): PlatformError {
+  if (err instanceof PlatformError) return err;
+  const clean = (s: string) => redact(s, token);
+  if (err instanceof RateLimitError) {
+    return new PlatformError("discord", "rate_limited", clean(`rate limited on ${err.method.toUpperCase()} ${err.route} for ${err.retryAfter} ms`), {
+      cause: err,
+      retryAfterMs: err.retryAfter,
+    });
+  }
+  if (err instanceof DiscordAPIError) {
+    const code = classifyApiError(err.status, err.code);
+    const raw = err.rawError as { retry_after?: number };
+    const retryAfterMs = code === "rate_limited" && typeof raw.retry_after === "number" ? Math.ceil(raw.retry_after * 1000) : undefined;
+    return new PlatformError("discord", code, clean(`${err.status} ${err.code}: ${err.message} (${err.method.toUpperCase()} ${pathOf(err.url)})`), {
+      cause: err,
+      retryAfterMs,
+    });
+  }
+  if (err instanceof HTTPError) {
+    return new PlatformError("discord", err.status === 429 ? "rate_limited" : err.status >= 500 ? "transport" : "invalid", clean(`HTTP ${err.status} ${err.message}`), { cause: err });
+  }
+  if (err instanceof Error) {
+    const code = gatewayCode(err) ?? "transport";
+    const cause = (err as { cause?: { code?: string } }).cause;
+    const detail = err.name === "AbortError" || err.name === "TimeoutError" ? "request timed out (outcome unknown)" : err.message;
+    return new PlatformError("discord", code, clean(cause?.code ? `${detail} (${cause.code})` : detail), { cause: err });
+  }
+  return new PlatformError("discord", "transport", clean(String(err)), { cause: err });
+}

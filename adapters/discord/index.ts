@@ -1,0 +1,204 @@
+/**
+ * Discord channel adapter (discord.js 14): gateway events → InboundMessage / NativeCommand, and
+ * send/typing over REST. Reconnects and RESUME are discord.js's job; we only mirror its state.
+ */
+import { Client, Events, GatewayIntentBits, Partials, Routes, type APIMessage, type RESTPostAPIChannelMessageJSONBody } from "discord.js";
+import type { AdapterContext, ChannelAdapter, ChannelHealth, InboundMessage, OutboundTarget, RateLimit, SendReceipt } from "../../src/channels/types.js";
+import { PlatformError } from "../../src/channels/types.js";
+import type { DiscordConfig } from "../../src/config/schema.js";
+import { registerCommands } from "./commands.js";
+import { redact, toPlatformError } from "./errors.js";
+import { handleCommandInteraction } from "./interactions.js";
+import { mapMessage } from "./map-message.js";
+
+/**
+ * @discordjs/rest waits out 429s itself and retries, so a rate limit never loses a reply. Waits
+ * longer than this (abnormal limits; Discord's per-channel window is 5 s) come back as
+ * PlatformError rate_limited with retryAfterMs, so the outbox holds the message instead of a send.
+ */
+const MAX_INLINE_RATE_LIMIT_WAIT_MS = 10_000;
+/** Upper bound for one send including rate-limit waits and @discordjs/rest's own 5xx retries. */
+const SEND_DEADLINE_MS = 30_000;
+const TYPING_DEADLINE_MS = 5_000;
+/** client.destroy() waits for the close handshake; a dead peer must not hold up shutdown. */
+const STOP_GRACE_MS = 2_000;
+
+/** Discord's published limits: 5 messages / 5 s per channel, 50 requests / s per bot. */
+export function discordRateLimits(to: string): RateLimit[] {
+  return [
+    { key: `chat:${to}`, count: 5, intervalMs: 5000 },
+    { key: "global", count: 50, intervalMs: 1000 },
+  ];
+}
+
+export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext): ChannelAdapter {
+  const log = ctx.log.child({ channel: "discord", accountId: config.accountId });
+  const clean = (text: string) => redact(text, config.token);
+  const health: ChannelHealth = { connected: false, lastInboundAt: null, lastError: null };
+  let client: Client | null = null;
+  let starting: Promise<void> | null = null;
+  let cancelStart: ((reason: PlatformError) => void) | null = null;
+  const loggingIn = new WeakSet<Client>();
+
+  const noteError = (err: unknown, what: string) => {
+    const message = clean(err instanceof Error ? err.message : String(err));
+    health.lastError = `${what}: ${message}`;
+    log.warn({ err: message }, `discord: ${what}`);
+  };
+
+  // Messages of one conversation reach the core in gateway order; different conversations don't wait.
+  const lanes = new Map<string, Promise<void>>();
+  const deliver = (msg: InboundMessage) => {
+    const prev = lanes.get(msg.peerId) ?? Promise.resolve();
+    const next = prev
+      .then(() => ctx.onInbound(msg))
+      .catch((err: unknown) => noteError(err, `inbound ${msg.messageId} not accepted`))
+      .finally(() => {
+        if (lanes.get(msg.peerId) === next) lanes.delete(msg.peerId);
+      });
+    lanes.set(msg.peerId, next);
+  };
+
+  function wire(c: Client): void {
+    const live = () => client === c;
+    const setConnected = (value: boolean) => () => {
+      if (live()) health.connected = value;
+    };
+    c.on(Events.ShardReady, setConnected(true));
+    c.on(Events.ShardResume, setConnected(true));
+    c.on(Events.ShardReconnecting, setConnected(false));
+    c.on(Events.ShardDisconnect, (event) => {
+      if (!live()) return;
+      health.connected = false;
+      noteError(`gateway closed with ${event.code}, not reconnecting`, "disconnected");
+    });
+    c.on(Events.ShardError, (err) => {
+      if (!live()) return;
+      health.connected = false;
+      noteError(err, "gateway error");
+    });
+    c.on(Events.Invalidated, setConnected(false));
+    c.on(Events.Error, (err) => noteError(err, "client error"));
+    c.on(Events.MessageCreate, (message) => {
+      if (!live() || !c.user) return;
+      const mapped = mapMessage(message, { botId: c.user.id, botName: c.user.username, accountId: config.accountId });
+      if (!mapped) return;
+      health.lastInboundAt = Date.now();
+      deliver(mapped);
+    });
+    // Edits (MessageUpdate) are deliberately not subscribed: an edit is never a new message or a command.
+    c.on(Events.InteractionCreate, (interaction) => {
+      if (!live() || !interaction.isChatInputCommand()) return;
+      void handleCommandInteraction(interaction, { accountId: config.accountId, ctx, log, token: config.token });
+    });
+  }
+
+  async function register(c: Client): Promise<void> {
+    const appId = config.applicationId ?? c.application?.id;
+    if (!appId) {
+      noteError("no application id in READY and none configured", "slash commands not registered");
+      return;
+    }
+    try {
+      await registerCommands({ rest: c.rest, appId, kv: ctx.kv, log });
+    } catch (err) {
+      // The adapter still works without slash commands; text commands remain.
+      noteError(toPlatformError(err, config.token), "slash command registration failed");
+    }
+  }
+
+  async function connect(): Promise<void> {
+    const c = new Client({
+      intents: [GatewayIntentBits.Guilds, GatewayIntentBits.GuildMessages, GatewayIntentBits.DirectMessages, GatewayIntentBits.MessageContent],
+      // Without the Channel partial discord.js drops DMs from uncached DM channels.
+      partials: [Partials.Channel],
+      allowedMentions: { parse: [] },
+      rest: { api: config.apiBase, rejectOnRateLimit: (limit) => limit.retryAfter > MAX_INLINE_RATE_LIMIT_WAIT_MS },
+    });
+    client = c;
+    wire(c);
+    // stop() during start must not leave start() waiting for a READY that will never come.
+    const ready = new Promise<void>((resolve, reject) => {
+      c.once(Events.ClientReady, () => resolve());
+      cancelStart = reject;
+    });
+    loggingIn.add(c);
+    const login = c.login(config.token).finally(() => loggingIn.delete(c));
+    try {
+      await Promise.race([login, ready]);
+      await ready;
+    } catch (err) {
+      const stopped = client !== c;
+      if (!stopped) client = null;
+      health.connected = false;
+      const failure = toPlatformError(err, config.token);
+      if (!stopped) noteError(failure, "login failed");
+      // discord.js ignores destroy() while login is still connecting (the socket opens afterwards),
+      // so the client is destroyed once login has settled either way.
+      void login.then(
+        () => c.destroy(),
+        () => c.destroy(),
+      ).catch(() => undefined);
+      throw failure;
+    } finally {
+      cancelStart = null;
+    }
+    log.info({ user: c.user?.tag }, "discord: connected");
+    if (config.registerCommands) await register(c);
+  }
+
+  return {
+    channel: "discord",
+    accountId: config.accountId,
+    textChunkLimit: config.textChunkLimit,
+
+    start() {
+      if (client && !starting) return Promise.resolve();
+      // Concurrent callers share one login; a failed start leaves nothing behind and can be retried.
+      starting ??= connect().finally(() => {
+        starting = null;
+      });
+      return starting;
+    },
+
+    async stop() {
+      const c = client;
+      client = null;
+      health.connected = false;
+      cancelStart?.(new PlatformError("discord", "transport", "stopped while starting"));
+      // A start in progress cleans up its own client once its login settles (see connect()).
+      if (!c || loggingIn.has(c)) return;
+      await Promise.race([c.destroy().catch(() => undefined), new Promise((r) => setTimeout(r, STOP_GRACE_MS).unref())]);
+    },
+
+    async send(target: OutboundTarget, text: string): Promise<SendReceipt> {
+      const c = client;
+      if (!c) throw new PlatformError("discord", "transport", "adapter not started");
+      // Discord threads are channels: a thread id, when given, is where the message goes.
+      const channelId = target.threadId ?? target.to;
+      const body: RESTPostAPIChannelMessageJSONBody = { content: text, allowed_mentions: { parse: [] } };
+      if (target.replyToMessageId) body.message_reference = { message_id: target.replyToMessageId, fail_if_not_exists: false };
+      try {
+        const message = (await c.rest.post(Routes.channelMessages(channelId), { body, signal: AbortSignal.timeout(SEND_DEADLINE_MS) })) as APIMessage;
+        return { messageId: message.id };
+      } catch (err) {
+        throw toPlatformError(err, config.token);
+      }
+    },
+
+    async typing(target: OutboundTarget) {
+      const c = client;
+      if (!c) return;
+      try {
+        await c.rest.post(Routes.channelTyping(target.threadId ?? target.to), { signal: AbortSignal.timeout(TYPING_DEADLINE_MS) });
+      } catch (err) {
+        // Best effort: a missing typing indicator is not worth an error path.
+        log.debug({ err: toPlatformError(err, config.token).message }, "discord: typing failed");
+      }
+    },
+
+    health: () => ({ ...health }),
+
+    rateLimitsFor: (target) => discordRateLimits(target.threadId ?? target.to),
+  };
+}

@@ -1,0 +1,121 @@
+/** Pure parts of the Discord adapter: error mapping, conversation mapping, command text. */
+import { ChannelType, DiscordAPIError, DiscordjsError, DiscordjsErrorCodes, HTTPError, RateLimitError } from "discord.js";
+import { describe, expect, it } from "vitest";
+import { commandText, commandsHash, NATIVE_COMMANDS } from "../../adapters/discord/commands.js";
+import { redact, toPlatformError } from "../../adapters/discord/errors.js";
+import { mapConversation, stripBotMention } from "../../adapters/discord/map-message.js";
+import { PlatformError } from "../../src/channels/types.js";
+
+const URL_ = "https://discord.com/api/v10/channels/1/messages";
+// discord.js throws this on a rejected token; its typings hide the constructor.
+const tokenInvalid = new (DiscordjsError as unknown as new (code: string) => Error)(DiscordjsErrorCodes.TokenInvalid);
+const apiError = (status: number, code: number, message = "x") => new DiscordAPIError({ code, message }, code, status, "POST", URL_, { body: {} });
+
+describe("toPlatformError", () => {
+  it.each([
+    [apiError(401, 0), "auth"],
+    [apiError(403, 50001, "Missing Access"), "forbidden"],
+    [apiError(400, 50013, "Missing Permissions"), "forbidden"],
+    [apiError(400, 50007, "Cannot send messages to this user"), "forbidden"],
+    [apiError(404, 10003, "Unknown Channel"), "not_found"],
+    [apiError(400, 10008, "Unknown Message"), "not_found"],
+    [apiError(400, 50035, "Invalid Form Body"), "invalid"],
+    [apiError(400, 50006, "Cannot send an empty message"), "invalid"],
+    [new HTTPError(502, "Bad Gateway", "POST", URL_, { body: {} }), "transport"],
+    [new TypeError("fetch failed", { cause: Object.assign(new Error("connect"), { code: "ECONNREFUSED" }) }), "transport"],
+    [new DOMException("This operation was aborted", "AbortError"), "transport"],
+    [tokenInvalid, "auth"],
+    [new Error("Authentication failed"), "auth"],
+    [new Error("Used disallowed intents"), "forbidden"],
+    ["a string", "transport"],
+  ] as const)("%s → %s", (err, code) => {
+    const mapped = toPlatformError(err);
+    expect(mapped).toBeInstanceOf(PlatformError);
+    expect(mapped.code).toBe(code);
+    expect(mapped.channel).toBe("discord");
+  });
+
+  it("carries retryAfterMs from a RateLimitError (a 429 longer than the adapter waits inline)", () => {
+    const err = new RateLimitError({
+      timeToReset: 60_000,
+      limit: 5,
+      method: "post",
+      hash: "h",
+      url: URL_,
+      route: "/channels/:id/messages",
+      majorParameter: "1",
+      global: false,
+      retryAfter: 60_050,
+      sublimitTimeout: 0,
+      scope: "user",
+    });
+    expect(toPlatformError(err)).toMatchObject({ code: "rate_limited", retryAfterMs: 60_050, retryable: true });
+  });
+
+  it("keeps Discord's code and route in the message and never the token", () => {
+    const err = new DiscordAPIError({ code: 50001, message: "Missing Access for secret-tok" }, 50001, 403, "POST", URL_, { body: {} });
+    const mapped = toPlatformError(err, "secret-tok");
+    expect(mapped.message).toBe("discord: 403 50001: Missing Access for [token] (POST /api/v10/channels/1/messages)");
+  });
+
+  it("returns a PlatformError unchanged", () => {
+    const original = new PlatformError("discord", "invalid", "x");
+    expect(toPlatformError(original)).toBe(original);
+  });
+});
+
+describe("redact", () => {
+  it("removes the bot token and interaction/webhook tokens from paths", () => {
+    expect(redact("Bot abc.def failed", "abc.def")).toBe("Bot [token] failed");
+    expect(redact("PATCH /webhooks/123/aW50ZXJhY3Rpb24/messages/@original")).toBe("PATCH /webhooks/123/:token/messages/@original");
+    expect(redact("POST /interactions/99/tok-en_1/callback")).toBe("POST /interactions/99/:token/callback");
+  });
+});
+
+describe("mapConversation", () => {
+  const user = "42";
+  it.each([
+    [{ id: "d1", type: ChannelType.DM }, { chatType: "direct", peerId: user, to: "d1" }],
+    [{ id: "c1", type: ChannelType.GuildText, name: "general" }, { chatType: "channel", peerId: "c1", to: "c1", groupName: "#general" }],
+    [{ id: "a1", type: ChannelType.GuildAnnouncement, name: "news" }, { chatType: "channel", peerId: "a1", to: "a1", groupName: "#news" }],
+    [{ id: "v1", type: ChannelType.GuildVoice, name: "voice" }, { chatType: "channel", peerId: "v1", to: "v1", groupName: "#voice" }],
+    [
+      { id: "t1", type: ChannelType.PublicThread, name: "topic", parentId: "c1" },
+      { chatType: "channel", peerId: "t1", to: "t1", parentPeerId: "c1", groupName: "#topic" },
+    ],
+    [{ id: "t2", type: ChannelType.PrivateThread, parentId: "c1" }, { chatType: "channel", peerId: "t2", to: "t2", parentPeerId: "c1" }],
+  ] as const)("%o", (facts, expected) => {
+    expect(mapConversation(facts, user)).toEqual(expected);
+  });
+
+  it.each([ChannelType.GroupDM, ChannelType.GuildCategory, ChannelType.GuildForum])("type %s is not a conversation", (type) => {
+    expect(mapConversation({ id: "x", type }, user)).toBeNull();
+  });
+});
+
+describe("stripBotMention", () => {
+  const self = { botId: "7", botName: "switchboard" };
+  it.each([
+    ["<@7> /send off", "/send off"],
+    ["<@!7>, hello", "hello"],
+    ["<@7><@7> twice", "twice"],
+    ["ask <@7> about it", "ask @switchboard about it"],
+    ["<@8> not me", "<@8> not me"],
+    ["line one\nline two", "line one\nline two"],
+  ])("%j → %j", (input, out) => {
+    expect(stripBotMention(input, self)).toBe(out);
+  });
+});
+
+describe("native commands", () => {
+  it("renders the text form the core parses", () => {
+    expect(commandText("send", [{ value: "inherit" }])).toBe("/send inherit");
+    expect(commandText("status", [])).toBe("/status");
+  });
+
+  it("hashes definitions per application so a changed set or app re-registers", () => {
+    expect(commandsHash("1")).toBe(commandsHash("1"));
+    expect(commandsHash("1")).not.toBe(commandsHash("2"));
+    expect(commandsHash("1", [...NATIVE_COMMANDS, { name: "extra" }])).not.toBe(commandsHash("1"));
+  });
+});

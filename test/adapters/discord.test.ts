@@ -1,0 +1,464 @@
+/**
+ * The Discord adapter with the real discord.js client against the wire-level fake in
+ * test/fakes/discord-api.ts (REST + gateway on 127.0.0.1).
+ */
+import pino from "pino";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { createDiscordAdapter } from "../../adapters/discord/index.js";
+import { PlatformError, type AdapterKv, type ChannelAdapter, type InboundMessage, type NativeCommand, type OutboundTarget } from "../../src/channels/types.js";
+import { ConfigSchema, type DiscordConfig } from "../../src/config/schema.js";
+import { FakeDiscord, type FakeDiscordOptions } from "../fakes/discord-api.js";
+
+const MESSAGES = "POST /channels/:id/messages";
+const waitOpts = { timeout: 5000, interval: 10 };
+
+function memoryKv(): AdapterKv & { map: Map<string, unknown> } {
+  const map = new Map<string, unknown>();
+  return {
+    map,
+    get: async <T>(key: string) => map.get(key) as T | undefined,
+    set: async <T>(key: string, value: T) => void map.set(key, value),
+    delete: async (key: string) => void map.delete(key),
+  };
+}
+
+function discordConfig(fake: FakeDiscord, overrides: Record<string, unknown> = {}): DiscordConfig {
+  const parsed = ConfigSchema.parse({ channels: { discord: { enabled: true, token: fake.token, apiBase: fake.apiBase, ...overrides } } });
+  return parsed.channels.discord!;
+}
+
+interface Harness {
+  fake: FakeDiscord;
+  adapter: ChannelAdapter;
+  kv: ReturnType<typeof memoryKv>;
+  inbound: InboundMessage[];
+  commands: NativeCommand[];
+}
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  // Adapters stop before their fake, so nothing reconnects into a closed server.
+  for (const fn of cleanups.splice(0).reverse()) await fn();
+});
+
+async function startFake(options: FakeDiscordOptions = {}): Promise<FakeDiscord> {
+  const fake = await new FakeDiscord(options).start();
+  cleanups.push(() => fake.stop());
+  return fake;
+}
+
+function makeAdapter(
+  fake: FakeDiscord,
+  opts: { kv?: ReturnType<typeof memoryKv>; config?: Record<string, unknown>; onNativeCommand?: ((cmd: NativeCommand) => Promise<string>) | null } = {},
+): Harness {
+  const kv = opts.kv ?? memoryKv();
+  const inbound: InboundMessage[] = [];
+  const commands: NativeCommand[] = [];
+  const onNativeCommand =
+    opts.onNativeCommand === null
+      ? undefined
+      : async (cmd: NativeCommand) => {
+          commands.push(cmd);
+          return opts.onNativeCommand ? opts.onNativeCommand(cmd) : `handled ${cmd.text}`;
+        };
+  const adapter = createDiscordAdapter(discordConfig(fake, opts.config), {
+    kv,
+    log: pino({ level: "silent" }),
+    onInbound: async (msg) => void inbound.push(msg),
+    ...(onNativeCommand ? { onNativeCommand } : {}),
+  });
+  cleanups.push(() => adapter.stop());
+  return { fake, adapter, kv, inbound, commands };
+}
+
+async function started(options: FakeDiscordOptions = {}, adapterOpts: Parameters<typeof makeAdapter>[1] = {}): Promise<Harness> {
+  const h = makeAdapter(await startFake(options), adapterOpts);
+  await h.adapter.start();
+  return h;
+}
+
+const target = (to: string, extra: Partial<OutboundTarget> = {}): OutboundTarget => ({ channel: "discord", accountId: "default", to, ...extra });
+
+/** Gateway events reach the client in order, so once `barrier` is delivered everything before it was seen. */
+async function deliverBarrier(h: Harness): Promise<void> {
+  const barrier = h.fake.injectDM({ content: `barrier ${Math.random()}` });
+  await vi.waitFor(() => expect(h.inbound.some((m) => m.messageId === barrier.id)).toBe(true), waitOpts);
+}
+
+describe("discord adapter: login and slash command registration", () => {
+  it("logs in with the bot token and the required intents, then registers the commands once across restarts", async () => {
+    const fake = await startFake();
+    const kv = memoryKv();
+    const first = makeAdapter(fake, { kv });
+    await first.adapter.start();
+
+    expect(first.adapter.health()).toMatchObject({ connected: true, lastError: null });
+    expect(fake.callsTo("GET /gateway/bot")[0]?.authorization).toBe(`Bot ${fake.token}`);
+    const identify = fake.framesWithOp(2)[0]?.d as { intents: number; compress: boolean; shard: number[] };
+    // Guilds | GuildMessages | DirectMessages | MessageContent
+    expect(identify.intents).toBe(1 | (1 << 9) | (1 << 12) | (1 << 15));
+    expect(identify.compress).toBe(false);
+
+    const puts = fake.callsTo("PUT /applications/:id/commands");
+    expect(puts).toHaveLength(1);
+    expect(puts[0]?.params.id).toBe(fake.applicationId); // READY's application.id, not the bot user id
+    const registered = fake.registeredCommands();
+    expect(registered.map((c) => c.name).sort()).toEqual(["new", "send", "sid", "status", "stop"]);
+    const send = registered.find((c) => c.name === "send")!;
+    expect(send.options).toEqual([
+      expect.objectContaining({ name: "mode", type: 3, required: true, choices: ["on", "off", "inherit"].map((m) => ({ name: m, value: m })) }),
+    ]);
+
+    await first.adapter.stop();
+    const second = makeAdapter(fake, { kv });
+    await second.adapter.start();
+    expect(second.adapter.health().connected).toBe(true);
+    expect(fake.commandPuts).toBe(1);
+    expect(fake.framesWithOp(2)).toHaveLength(2);
+
+    // A different kv (fresh install) has no record of the registration and writes again.
+    const third = makeAdapter(fake, { kv: memoryKv() });
+    await third.adapter.start();
+    expect(fake.commandPuts).toBe(2);
+  });
+
+  it("skips registration when registerCommands is off", async () => {
+    const h = await started({}, { config: { registerCommands: false } });
+    expect(h.adapter.health().connected).toBe(true);
+    expect(h.fake.commandPuts).toBe(0);
+  });
+
+  it("a rejected token fails start() with PlatformError auth, and the token never appears in lastError", async () => {
+    const fake = await startFake();
+    const h = makeAdapter(fake, { config: { token: "wrong-secret-token" } });
+    const err = await h.adapter.start().then(() => null, (e: unknown) => e);
+    expect(err).toBeInstanceOf(PlatformError);
+    expect((err as PlatformError).code).toBe("auth");
+    expect(h.adapter.health().connected).toBe(false);
+    expect(h.adapter.health().lastError).toMatch(/login failed/);
+    expect(h.adapter.health().lastError).not.toContain("wrong-secret-token");
+    expect((err as PlatformError).message).not.toContain("wrong-secret-token");
+  });
+
+  it("an app without the approved MessageContent intent fails start() with forbidden (gateway close 4014)", async () => {
+    const fake = await startFake({ approvedIntents: 0 });
+    const h = makeAdapter(fake);
+    await expect(h.adapter.start()).rejects.toMatchObject({ name: "PlatformError", code: "forbidden" });
+    expect(h.adapter.health().connected).toBe(false);
+  });
+});
+
+describe("discord adapter: inbound mapping", () => {
+  it("maps a DM to chatType direct with the author's id as peer and the DM channel as reply target", async () => {
+    const h = await started();
+    const before = Date.now();
+    const msg = h.fake.injectDM({ content: "hello there" });
+    await vi.waitFor(() => expect(h.inbound).toHaveLength(1), waitOpts);
+    const m = h.inbound[0]!;
+    expect(m).toEqual({
+      channel: "discord",
+      accountId: "default",
+      chatType: "direct",
+      peerId: h.fake.ids.alice,
+      to: h.fake.dmChannelId(h.fake.ids.alice),
+      senderId: h.fake.ids.alice,
+      senderName: "Alice",
+      text: "hello there",
+      messageId: msg.id,
+      wasMentioned: false,
+      timestamp: m.timestamp,
+    });
+    expect(m.timestamp).toBeGreaterThanOrEqual(before - 5);
+    expect(h.adapter.health().lastInboundAt).not.toBeNull();
+  });
+
+  it("maps a guild channel message to chatType channel with the channel id as peer", async () => {
+    const h = await started();
+    const msg = h.fake.injectMessage({ channelId: h.fake.ids.general, author: h.fake.ids.bob, content: "hi all" });
+    await vi.waitFor(() => expect(h.inbound).toHaveLength(1), waitOpts);
+    expect(h.inbound[0]).toEqual({
+      channel: "discord",
+      accountId: "default",
+      chatType: "channel",
+      peerId: h.fake.ids.general,
+      to: h.fake.ids.general,
+      groupName: "#general",
+      senderId: h.fake.ids.bob,
+      senderName: "bob",
+      text: "hi all",
+      messageId: msg.id,
+      wasMentioned: false,
+      timestamp: h.inbound[0]!.timestamp,
+    });
+  });
+
+  it("gives a thread its own peer linked to the parent channel, including threads created after login", async () => {
+    const h = await started();
+    h.fake.injectMessage({ channelId: h.fake.ids.thread, content: "in the thread" });
+    await vi.waitFor(() => expect(h.inbound).toHaveLength(1), waitOpts);
+    expect(h.inbound[0]).toMatchObject({
+      chatType: "channel",
+      peerId: h.fake.ids.thread,
+      parentPeerId: h.fake.ids.general,
+      to: h.fake.ids.thread,
+      groupName: "#design-thread",
+      senderId: h.fake.ids.alice,
+    });
+
+    const fresh = h.fake.addThread(h.fake.ids.random, "new-thread");
+    h.fake.injectMessage({ channelId: fresh, author: h.fake.ids.bob, content: "new thread message" });
+    await vi.waitFor(() => expect(h.inbound).toHaveLength(2), waitOpts);
+    expect(h.inbound[1]).toMatchObject({ peerId: fresh, parentPeerId: h.fake.ids.random, to: fresh, senderId: h.fake.ids.bob });
+  });
+
+  it("ignores its own echoed messages and other bots", async () => {
+    const h = await started();
+    const receipt = await h.adapter.send(target(h.fake.ids.general), "my own reply");
+    await vi.waitFor(() => expect(h.fake.dispatched.some((e) => e.t === "MESSAGE_CREATE" && (e.d as { id: string }).id === receipt.messageId)).toBe(true), waitOpts);
+    h.fake.injectMessage({ channelId: h.fake.ids.general, author: h.fake.ids.otherBot, content: `<@${h.fake.ids.bot}> bot chatter` });
+    await deliverBarrier(h);
+    expect(h.inbound.map((m) => m.text)).toEqual([expect.stringMatching(/^barrier/)]);
+  });
+
+  it("does not deliver edits (MESSAGE_UPDATE) as new messages", async () => {
+    const h = await started();
+    const original = h.fake.injectMessage({ channelId: h.fake.ids.general, content: "first version" });
+    await vi.waitFor(() => expect(h.inbound).toHaveLength(1), waitOpts);
+    h.fake.dispatch("MESSAGE_UPDATE", {
+      ...original,
+      content: "/send off",
+      edited_timestamp: new Date().toISOString(),
+      guild_id: h.fake.ids.guild,
+      channel_type: 0,
+    });
+    await deliverBarrier(h);
+    expect(h.inbound.map((m) => m.text)).toEqual(["first version", expect.stringMatching(/^barrier/)]);
+  });
+
+  it("detects mentions of the bot and replies to the bot's messages; strips the leading mention", async () => {
+    const h = await started();
+    const { ids } = h.fake;
+    h.fake.injectMessage({ channelId: ids.general, content: `<@${ids.bot}> /send off` });
+    h.fake.injectMessage({ channelId: ids.general, content: "nobody asked you" });
+    h.fake.injectMessage({ channelId: ids.general, content: `hey <@${ids.bob}> look` });
+    await vi.waitFor(() => expect(h.inbound).toHaveLength(3), waitOpts);
+    expect(h.inbound.map((m) => [m.text, m.wasMentioned])).toEqual([
+      ["/send off", true],
+      ["nobody asked you", false],
+      [`hey <@${ids.bob}> look`, false],
+    ]);
+
+    const { messageId } = await h.adapter.send(target(ids.general), "a bot message");
+    const reply = h.fake.injectMessage({ channelId: ids.general, content: "thanks!", replyTo: messageId, replyPing: false });
+    // Without a ping the bot is not in `mentions`: only the reply itself makes it a mention.
+    expect(reply.mentions).toEqual([]);
+    await vi.waitFor(() => expect(h.inbound).toHaveLength(4), waitOpts);
+    expect(h.inbound[3]).toMatchObject({ text: "thanks!", wasMentioned: true });
+  });
+
+  it("marks forwards as forwarded and takes their text from the snapshot", async () => {
+    const h = await started();
+    h.fake.injectMessage({ channelId: h.fake.ids.general, content: "/send on", forwarded: true });
+    await vi.waitFor(() => expect(h.inbound).toHaveLength(1), waitOpts);
+    expect(h.inbound[0]).toMatchObject({ text: "/send on", forwarded: true, wasMentioned: false, peerId: h.fake.ids.general });
+  });
+});
+
+describe("discord adapter: send", () => {
+  it("posts the text to the target channel without pinging anyone and returns Discord's message id", async () => {
+    const h = await started();
+    const receipt = await h.adapter.send(target(h.fake.ids.general), "hello @everyone");
+    const posted = h.fake.sent(h.fake.ids.general);
+    expect(posted).toHaveLength(1);
+    expect(receipt.messageId).toBe(posted[0]!.id);
+    expect(posted[0]!.content).toBe("hello @everyone");
+    expect(h.fake.callsTo(MESSAGES)[0]!.body).toMatchObject({ content: "hello @everyone", allowed_mentions: { parse: [] } });
+
+    await h.adapter.send(target(h.fake.ids.general, { replyToMessageId: receipt.messageId }), "a reply");
+    expect(h.fake.callsTo(MESSAGES)[1]!.body).toMatchObject({ message_reference: { message_id: receipt.messageId } });
+    expect(h.fake.sent(h.fake.ids.general)[1]!.referenced_message?.id).toBe(receipt.messageId);
+
+    await h.adapter.typing!(target(h.fake.ids.thread));
+    expect(h.fake.callsTo("POST /channels/:id/typing").map((c) => c.params.id)).toEqual([h.fake.ids.thread]);
+  });
+
+  it("maps refusals to PlatformError codes: 403 forbidden, unknown channel not_found, bad body invalid", async () => {
+    const h = await started();
+    h.fake.failNext(MESSAGES, { status: 403, body: { message: "Missing Access", code: 50001 } });
+    const forbidden = await h.adapter.send(target(h.fake.ids.general), "nope").catch((e: unknown) => e);
+    expect(forbidden).toBeInstanceOf(PlatformError);
+    expect(forbidden).toMatchObject({ channel: "discord", code: "forbidden", retryable: false });
+    expect((forbidden as Error).message).toContain("50001");
+    expect((forbidden as Error).message).not.toContain(h.fake.token);
+
+    await expect(h.adapter.send(target("1999999999999999999"), "where")).rejects.toMatchObject({ code: "not_found" });
+    await expect(h.adapter.send(target(h.fake.ids.general), "x".repeat(2001))).rejects.toMatchObject({ code: "invalid" });
+    h.fake.failNext(MESSAGES, { status: 401, body: { message: "401: Unauthorized", code: 0 } });
+    await expect(h.adapter.send(target(h.fake.ids.general), "who")).rejects.toMatchObject({ code: "auth" });
+    expect(h.fake.sent()).toHaveLength(0);
+  });
+
+  it("a short 429 is waited out inside the send, and the message arrives exactly once", async () => {
+    const h = await started();
+    h.fake.failNext(MESSAGES, FakeDiscord.rateLimitReply(0.2));
+    const t0 = Date.now();
+    const receipt = await h.adapter.send(target(h.fake.ids.general), "patient message");
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(150);
+    expect(h.fake.callsTo(MESSAGES).map((c) => c.status)).toEqual([429, 200]);
+    expect(h.fake.sent(h.fake.ids.general).filter((m) => m.content === "patient message").map((m) => m.id)).toEqual([receipt.messageId]);
+  });
+
+  it("a long 429 comes back at once as rate_limited with retryAfterMs, for the outbox to schedule", async () => {
+    const h = await started();
+    h.fake.failNext(MESSAGES, FakeDiscord.rateLimitReply(60));
+    const t0 = Date.now();
+    const err = await h.adapter.send(target(h.fake.ids.general), "later").catch((e: unknown) => e);
+    expect(Date.now() - t0).toBeLessThan(2000);
+    expect(err).toMatchObject({ name: "PlatformError", code: "rate_limited", retryable: true });
+    expect((err as PlatformError).retryAfterMs).toBeGreaterThanOrEqual(60_000);
+    expect(h.fake.sent()).toHaveLength(0);
+  });
+
+  it("under enforced per-channel limits a burst is paced by the client and every message lands once, in order", async () => {
+    const h = await started({ enforceRateLimits: { perChannel: { count: 5, intervalMs: 300 } } });
+    const texts = Array.from({ length: 8 }, (_, i) => `burst ${i}`);
+    const receipts = await Promise.all(texts.map((t) => h.adapter.send(target(h.fake.ids.general), t)));
+    const posted = h.fake.sent(h.fake.ids.general);
+    expect(posted.map((m) => m.content)).toEqual(texts);
+    expect(receipts.map((r) => r.messageId)).toEqual(posted.map((m) => m.id));
+    // @discordjs/rest read the x-ratelimit-* headers and waited for the window instead of collecting 429s.
+    const calls = h.fake.callsTo(MESSAGES);
+    expect(h.fake.rateLimitHits).toBe(0);
+    expect(calls[5]!.at - calls[0]!.at).toBeGreaterThanOrEqual(250);
+    expect(h.adapter.rateLimitsFor!(target(h.fake.ids.general))).toEqual([
+      { key: `chat:${h.fake.ids.general}`, count: 5, intervalMs: 5000 },
+      { key: "global", count: 50, intervalMs: 1000 },
+    ]);
+  });
+
+  it("stop() during start() ends the start with a PlatformError and leaves no socket open", async () => {
+    const fake = await startFake();
+    const h = makeAdapter(fake);
+    const starting = h.adapter.start();
+    await h.adapter.stop();
+    await expect(starting).rejects.toMatchObject({ name: "PlatformError", code: "transport" });
+    expect(h.adapter.health().connected).toBe(false);
+    // The abandoned login still reaches the gateway; its socket must be closed once it does.
+    await vi.waitFor(() => {
+      expect(fake.framesWithOp(2)).toHaveLength(1);
+      expect(fake.openSockets).toBe(0);
+    }, waitOpts);
+    // And the adapter can be started again afterwards.
+    await h.adapter.start();
+    expect(h.adapter.health().connected).toBe(true);
+  });
+
+  it("send before start and after stop fails as a retryable PlatformError", async () => {
+    const fake = await startFake();
+    const h = makeAdapter(fake);
+    await expect(h.adapter.send(target(fake.ids.general), "early")).rejects.toMatchObject({ code: "transport", retryable: true });
+    await h.adapter.start();
+    await h.adapter.stop();
+    expect(h.adapter.health().connected).toBe(false);
+    await vi.waitFor(() => expect(fake.openSockets).toBe(0), waitOpts);
+    await expect(h.adapter.send(target(fake.ids.general), "late")).rejects.toMatchObject({ code: "transport" });
+  });
+});
+
+describe("discord adapter: reconnect", () => {
+  it("op 7 → RESUME on resume_gateway_url (no re-IDENTIFY); messages after the reconnect still arrive", async () => {
+    const h = await started();
+    const identify = h.fake.framesWithOp(2);
+    expect(identify).toHaveLength(1);
+
+    h.fake.requestReconnect();
+    // By the time RESUME is sent the old socket is gone (connected=false); ShardResume sets it back.
+    await vi.waitFor(() => expect(h.fake.framesWithOp(6)).toHaveLength(1), waitOpts);
+    const resume = h.fake.framesWithOp(6)[0]!.d as { session_id: string; seq: number; token: string };
+    expect(resume.session_id).toMatch(/^fake-session-/);
+    expect(resume.seq).toBeGreaterThanOrEqual(2); // READY and GUILD_CREATE were seen
+    expect(h.fake.connections.map((c) => c.path)).toEqual(["/gateway", "/resume"]);
+    expect(h.fake.framesWithOp(2)).toHaveLength(1);
+    await vi.waitFor(() => expect(h.adapter.health().connected).toBe(true), waitOpts);
+
+    const msg = h.fake.injectDM({ content: "after the reconnect" });
+    await vi.waitFor(() => expect(h.inbound.map((m) => m.messageId)).toEqual([msg.id]), waitOpts);
+  });
+
+  it("a message sent while the socket is down is replayed on RESUME", async () => {
+    const h = await started();
+    h.fake.dropConnections(4000);
+    // The old socket is closing, so this dispatch can only reach the client through the resume replay.
+    const missed = h.fake.injectDM({ content: "sent during the outage" });
+    await vi.waitFor(() => expect(h.inbound.map((m) => m.messageId)).toEqual([missed.id]), waitOpts);
+    expect(h.fake.replayedEvents).toBe(1);
+    expect(h.fake.framesWithOp(6)).toHaveLength(1);
+    expect(h.fake.framesWithOp(2)).toHaveLength(1);
+    await vi.waitFor(() => expect(h.adapter.health().connected).toBe(true), waitOpts);
+  });
+});
+
+describe("discord adapter: native slash commands", () => {
+  it("/send mode:off in a guild channel reaches onNativeCommand as '/send off' and is answered ephemerally", async () => {
+    const h = await started({}, { onNativeCommand: async () => "⚙️ Send policy set to off." });
+    const ix = h.fake.injectSlashCommand({ userId: h.fake.ids.alice, channelId: h.fake.ids.general, name: "send", options: { mode: "off" } });
+    await vi.waitFor(() => expect(h.fake.visibleReply(ix)).toEqual({ content: "⚙️ Send policy set to off.", ephemeral: true }), waitOpts);
+    expect(h.commands).toEqual([
+      {
+        text: "/send off",
+        origin: {
+          channel: "discord",
+          accountId: "default",
+          chatType: "channel",
+          peerId: h.fake.ids.general,
+          to: h.fake.ids.general,
+          groupName: "#general",
+          senderId: h.fake.ids.alice,
+          senderName: "Alice",
+          messageId: ix.id,
+          timestamp: expect.any(Number),
+        },
+      },
+    ]);
+    // Acknowledged inside Discord's 3 s window; nothing was posted to the channel itself.
+    expect(ix.callbacks[0]!.at - ix.createdAt).toBeLessThan(3000);
+    expect(h.fake.sent()).toHaveLength(0);
+    expect(h.inbound).toHaveLength(0);
+  });
+
+  it("slash commands in a DM and in a thread carry the same origin a message there would", async () => {
+    const h = await started();
+    const dm = h.fake.injectSlashCommand({ userId: h.fake.ids.bob, name: "status" });
+    const inThread = h.fake.injectSlashCommand({ userId: h.fake.ids.alice, channelId: h.fake.ids.thread, name: "sid" });
+    await vi.waitFor(() => expect(h.commands).toHaveLength(2), waitOpts);
+    const byId = new Map(h.commands.map((c) => [c.origin.messageId, c]));
+    expect(byId.get(dm.id)).toMatchObject({ text: "/status", origin: { chatType: "direct", peerId: h.fake.ids.bob, to: h.fake.dmChannelId(h.fake.ids.bob), senderId: h.fake.ids.bob } });
+    expect(byId.get(inThread.id)).toMatchObject({ text: "/sid", origin: { chatType: "channel", peerId: h.fake.ids.thread, parentPeerId: h.fake.ids.general, senderId: h.fake.ids.alice } });
+    await vi.waitFor(() => expect(h.fake.visibleReply(dm)).toEqual({ content: "handled /status", ephemeral: true }), waitOpts);
+  });
+
+  it("defers first, so a slow core still answers after Discord's initial response window", async () => {
+    const deadlineMs = 200;
+    const h = await started({ interactionDeadlineMs: deadlineMs }, { onNativeCommand: () => new Promise((r) => setTimeout(() => r("slow but fine"), deadlineMs * 2)) });
+    const ix = h.fake.injectSlashCommand({ userId: h.fake.ids.alice, channelId: h.fake.ids.general, name: "stop" });
+    await vi.waitFor(() => expect(h.fake.visibleReply(ix)).toEqual({ content: "slow but fine", ephemeral: true }), waitOpts);
+    expect(ix.callbacks.map((c) => c.type)).toEqual([5]);
+    expect(ix.callbacks[0]!.at - ix.createdAt).toBeLessThan(deadlineMs);
+  });
+
+  it("answers 'commands unavailable' when the core has no native command handler, and 'Command failed.' when it throws", async () => {
+    const h = await started({}, { onNativeCommand: null });
+    const ix = h.fake.injectSlashCommand({ userId: h.fake.ids.alice, channelId: h.fake.ids.general, name: "new" });
+    await vi.waitFor(() => expect(h.fake.visibleReply(ix)).toEqual({ content: "commands unavailable", ephemeral: true }), waitOpts);
+
+    const failing = makeAdapter(h.fake, {
+      onNativeCommand: async () => {
+        throw new Error("boom");
+      },
+    });
+    await h.adapter.stop();
+    await failing.adapter.start();
+    const ix2 = h.fake.injectSlashCommand({ userId: h.fake.ids.alice, channelId: h.fake.ids.general, name: "new" });
+    await vi.waitFor(() => expect(h.fake.visibleReply(ix2)).toEqual({ content: "Command failed.", ephemeral: true }), waitOpts);
+  });
+});

@@ -1,0 +1,51 @@
+import { FakeTelegramBotApi, errors, fakeUser, groupChat, privateChat, type FakeUser } from "../fakes/telegram-bot-api.js";
+import { startHarness } from "../helpers/harness.js";
+import { runChannelContract, type ContractContext, type Who } from "./channel-contract.js";
+
+const users: Record<Who, FakeUser> = { owner: fakeUser("Olive", { id: 5001 }), stranger: fakeUser("Sam", { id: 5002 }) };
+const GROUP = groupChat(-100777, "Team");
+
+runChannelContract({
+  channel: "telegram",
+  chunkLimit: 500,
+  async start(): Promise<ContractContext> {
+    const api = new FakeTelegramBotApi({ maxLongPollMs: 200 });
+    const apiRoot = await api.start();
+    const harness = await startHarness({
+      config: {
+        commands: { owners: [`telegram:${users.owner.id}`] },
+        channels: { telegram: { enabled: true, botToken: api.token, apiRoot, textChunkLimit: 500, pollTimeoutSeconds: 1 } },
+      },
+    });
+    await api.waitForCall("getUpdates");
+    let sends = 0;
+    const texts = (chatId: number) => api.sent.filter((m) => m.chat.id === chatId).map((m) => m.text ?? "");
+    return {
+      harness,
+      async dm(who, text) {
+        api.injectText({ chat: privateChat(users[who]), from: users[who], text });
+      },
+      async group(who, text, mentioned) {
+        api.injectText({ chat: GROUP, from: users[who], text: mentioned ? `@${api.bot.username} ${text}` : text });
+      },
+      dmSent: (who) => texts(users[who].id),
+      groupSent: () => texts(GROUP.id),
+      dmTo: (who) => String(users[who].id),
+      groupTo: String(GROUP.id),
+      groupKey: `agent:main:telegram:group:${GROUP.id}`,
+      async drop() {
+        api.failNext("getUpdates", { destroySocket: true });
+        api.failNext("getUpdates", errors.badGateway);
+        await api.waitForCall("getUpdates", () => true);
+      },
+      failNthSend(n) {
+        api.override("sendMessage", () => (++sends === n ? errors.serverError : undefined));
+      },
+      async stop() {
+        await harness.stop();
+        await api.stop();
+      },
+    };
+  },
+});
+
