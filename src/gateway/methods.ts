@@ -6,11 +6,12 @@ import { promises as fs } from "node:fs";
 import type { App } from "../app.js";
 import type { ChannelId, OutboundTarget } from "../channels/types.js";
 import type { RunOutcome } from "../agents/runtime.js";
-import { classifySessionKind, isSubagentKey, agentIdFromKey, normalizeAgentId, MAIN_KEY, displayKey } from "../sessions/keys.js";
+import { classifySessionKind, isSubagentKey, agentIdFromKey, normalizeAgentId, MAIN_KEY, displayKey, nodeSessionKey } from "../sessions/keys.js";
 import { normalizeDeliveryContext } from "../sessions/entry.js";
 import { toSessionRow } from "../sessions/rows.js";
 import { SessionNotFoundError } from "../sessions/session-store.js";
 import { replyText } from "../inbound/router.js";
+import { parseCommand } from "../inbound/command-parse.js";
 import { GatewayError, type MethodName, type MethodParams } from "./protocol.js";
 
 export interface CallContext {
@@ -155,7 +156,8 @@ export function createHandlers(app: App, version: string): Handlers {
       const agentId = agentOfKey(key);
       const runId = p.idempotencyKey;
       if (app.runtime.get(runId)) return { runId, status: "started", cached: true };
-      checkPolicy(key, "webchat");
+      // Owner commands run in a denied session too: `/send on` must be able to undo `/send off`.
+      if (!parseCommand(p.message)) checkPolicy(key, "webchat");
       const result = await app.router.chatSend({ sessionKey: key, agentId, text: p.message, runId });
       if (result.kind === "command") {
         ctx.broadcast("chat", { runId, sessionKey: displayKey(key), state: "final", message: { role: "assistant", content: [{ type: "text", text: result.reply }] } });
@@ -245,13 +247,40 @@ export function createHandlers(app: App, version: string): Handlers {
       return this.health(p, ctx);
     },
 
+    /**
+     * A node's message (R5): runs in `node-<nodeId>` unless the node names a session. Answers
+     * twice like `agent` — accepted, then the reply — because a node may call node methods only
+     * and so cannot `agent.wait`. A repeated idempotencyKey answers from the first run.
+     */
     async "node.event"(p, ctx) {
-      const sessionKey = p.sessionKey ? app.canonicalKey(p.sessionKey) : app.canonicalKey(`node-${ctx.nodeId ?? ctx.connId}`);
-      const agentId = sessions().get(sessionKey)?.agentId ?? app.defaultAgentId;
-      checkPolicy(sessionKey);
-      if (!sessions().get(sessionKey)) await sessions().upsert(sessionKey, agentId, {});
-      const { runId } = app.runtime.start({ sessionKey, agentId, message: p.message, runId: p.idempotencyKey, provenance: { kind: "external_user" } });
-      return { runId, sessionKey: displayKey(sessionKey), status: "accepted" };
+      const runId = p.idempotencyKey;
+      const known = app.runtime.get(runId);
+      let sessionKey: string;
+      let acceptedAt: number;
+      let done: Promise<RunOutcome>;
+      if (known) {
+        sessionKey = known.sessionKey;
+        acceptedAt = known.acceptedAt;
+        done = app.runtime.wait(runId, 24 * 3600_000).then(() => outcomeOf(app.runtime.get(runId)));
+      } else {
+        const nodeId = ctx.nodeId ?? ctx.connId;
+        sessionKey = p.sessionKey ? resolveKey(p.sessionKey) : nodeSessionKey(nodeId);
+        const agentId = agentOfKey(sessionKey);
+        checkPolicy(sessionKey);
+        if (!sessions().get(sessionKey)) await sessions().upsert(sessionKey, agentId, { displayName: `node ${nodeId}` });
+        const started = app.runtime.start({ sessionKey, agentId, message: p.message, runId, provenance: { kind: "external_user" }, sender: { id: nodeId, channel: "node" } });
+        acceptedAt = started.info.acceptedAt;
+        done = started.done;
+      }
+      return {
+        kind: "two-phase",
+        first: { runId, sessionKey: displayKey(sessionKey), status: "accepted", acceptedAt },
+        final: done.then((outcome) =>
+          outcome.status === "ok"
+            ? { ok: true as const, payload: { runId, status: "ok", reply: outcome.reply } }
+            : { ok: false as const, error: new GatewayError(outcome.status === "timeout" ? "AGENT_TIMEOUT" : "UNAVAILABLE", outcome.error), payload: { runId, status: outcome.status, summary: outcome.error } },
+        ),
+      } satisfies TwoPhase;
     },
   };
 }

@@ -33,6 +33,9 @@ export interface ContractContext {
 export interface ContractDriver {
   channel: ChannelId;
   chunkLimit: number;
+  /** Web chat has no groups and no platform limit: those cases do not apply to it. */
+  groups?: boolean;
+  chunking?: boolean;
   start(): Promise<ContractContext>;
 }
 
@@ -45,86 +48,92 @@ export function runChannelContract(driver: ContractDriver): void {
       await ctx?.stop();
       ctx = undefined;
     });
+    const start = async () => (ctx = await driver.start());
 
     it("D1 R1 R24 a direct message lands in agent:main:main with lastChannel, lastTo and deliveryContext", async () => {
-      ctx = await driver.start();
-      await ctx.dm("stranger", "hello there");
-      await vi.waitFor(() => expect(ctx!.dmSent("stranger")).toEqual(["echo: hello there"]), WAIT);
-      const rows = (await (await ctx.harness.client()).request("sessions.list", {})).sessions;
-      const main = rows.find((r: any) => r.key === "agent:main:main");
-      expect(main).toMatchObject({
+      const c = await start();
+      await c.dm("stranger", "hello there");
+      await vi.waitFor(() => expect(c.dmSent("stranger")).toEqual(["echo: hello there"]), WAIT);
+      const rows = (await (await c.harness.client()).request("sessions.list", {})).sessions;
+      expect(rows.find((r: any) => r.key === "agent:main:main")).toMatchObject({
         kind: "main",
         channel: driver.channel,
         lastChannel: driver.channel,
-        lastTo: ctx.dmTo("stranger"),
-        deliveryContext: { channel: driver.channel, to: ctx.dmTo("stranger"), accountId: "default" },
+        lastTo: c.dmTo("stranger"),
+        deliveryContext: { channel: driver.channel, to: c.dmTo("stranger"), accountId: "default" },
       });
     });
 
-    it("D1 R2 R23 a mentioned group message lands in the group key and the reply returns to the group", async () => {
-      ctx = await driver.start();
-      await ctx.group("stranger", "hi group", true);
-      await vi.waitFor(() => expect(ctx!.groupSent()).toEqual([expect.stringMatching(/^echo: .*hi group$/)]), WAIT);
-      const rows = (await (await ctx.harness.client()).request("sessions.list", { kinds: ["group"] })).sessions;
-      expect(rows).toEqual([expect.objectContaining({ key: ctx.groupKey, kind: "group", channel: driver.channel, lastTo: ctx.groupTo, deliveryContext: expect.objectContaining({ channel: driver.channel, to: ctx.groupTo }) })]);
-    });
-
-    it("mention gating: an unmentioned group message is recorded, not answered", async () => {
-      ctx = await driver.start();
-      await ctx.group("stranger", "just chatting", false);
-      await vi.waitFor(() => expect(ctx!.harness.app.sessions.get(ctx!.groupKey)).toBeDefined(), WAIT);
-      await ctx.harness.app.router.idle();
-      expect(ctx.groupSent()).toEqual([]);
-    });
-
-    it("R28 D2 D3 the owner's /send off stops delivery to that chat; a stranger's /send on changes nothing", async () => {
-      ctx = await driver.start();
-      await ctx.group("owner", "/send off", false);
-      await vi.waitFor(() => expect(ctx!.groupSent()).toEqual(["⚙️ Send policy set to off."]), WAIT);
-      await ctx.group("stranger", "/send on", true);
-      await ctx.group("stranger", "are you there?", true);
-      await vi.waitFor(async () => {
-        const entry = ctx!.harness.app.sessions.require(ctx!.groupKey);
-        const said = (await ctx!.harness.app.transcripts.readMessages(ctx!.harness.app.sessions.transcriptPath(entry))).map((m) => (m.role === "user" ? m.content : ""));
-        expect(said.some((t) => t.endsWith("are you there?"))).toBe(true);
-      }, WAIT);
-      await ctx.harness.app.router.idle();
-      expect(ctx.harness.app.sessions.get(ctx.groupKey)?.sendPolicy).toBe("deny");
-      expect(ctx.groupSent()).toEqual(["⚙️ Send policy set to off."]);
-    });
-
-    it("long replies arrive chunked within the platform limit, in order", async () => {
-      ctx = await driver.start();
-      const paragraphs = Array.from({ length: 4 }, (_, i) => `Paragraph ${i}: ${"lorem ipsum ".repeat(Math.ceil(driver.chunkLimit / 24))}`.trim());
-      ctx.harness.model.setResponder(() => ({ content: paragraphs.join("\n\n") }));
-      await ctx.dm("stranger", "tell me a lot");
-      await vi.waitFor(() => expect(ctx!.dmSent("stranger").join("\n\n").length).toBeGreaterThanOrEqual(paragraphs.join("\n\n").length - 20), WAIT);
-      const chunks = ctx.dmSent("stranger");
-      expect(chunks.length).toBeGreaterThan(2);
-      expect(chunks.every((c) => c.length <= driver.chunkLimit)).toBe(true);
-      expect(chunks.join(" ").replace(/\s+/g, " ")).toBe(paragraphs.join(" ").replace(/\s+/g, " "));
-    });
-
     it("a dropped connection loses no inbound message", async () => {
-      ctx = await driver.start();
-      await ctx.dm("stranger", "before");
-      await vi.waitFor(() => expect(ctx!.dmSent("stranger")).toEqual(["echo: before"]), WAIT);
-      await ctx.drop();
-      await ctx.dm("stranger", "after the drop");
-      await vi.waitFor(() => expect(ctx!.dmSent("stranger")).toEqual(["echo: before", "echo: after the drop"]), WAIT);
+      const c = await start();
+      await c.dm("stranger", "before");
+      await vi.waitFor(() => expect(c.dmSent("stranger")).toEqual(["echo: before"]), WAIT);
+      await c.drop();
+      await c.dm("stranger", "after the drop");
+      await vi.waitFor(() => expect(c.dmSent("stranger")).toEqual(["echo: before", "echo: after the drop"]), WAIT);
     });
 
-    it("no duplicate reply after a send that failed half-way", async () => {
-      ctx = await driver.start();
-      const reply = ["first part " + "a".repeat(driver.chunkLimit - 40), "second part " + "b".repeat(driver.chunkLimit - 40)].join("\n\n");
-      ctx.harness.model.setResponder(() => ({ content: reply }));
-      ctx.failNthSend(2);
-      await ctx.dm("stranger", "two chunks please");
-      await vi.waitFor(() => expect(ctx!.dmSent("stranger")).toHaveLength(2), WAIT);
-      await ctx.harness.app.router.idle();
-      const sent = ctx.dmSent("stranger");
-      expect(sent[0]).toMatch(/^first part a+$/);
-      expect(sent[1]).toMatch(/^second part b+$/);
-    });
+    if (driver.groups !== false) {
+      it("D1 R2 R23 a mentioned group message lands in the group key and the reply returns to the group", async () => {
+        const c = await start();
+        await c.group("stranger", "hi group", true);
+        await vi.waitFor(() => expect(c.groupSent()).toEqual([expect.stringMatching(/^echo: .*hi group$/)]), WAIT);
+        const rows = (await (await c.harness.client()).request("sessions.list", { kinds: ["group"] })).sessions;
+        expect(rows).toEqual([
+          expect.objectContaining({ key: c.groupKey, kind: "group", channel: driver.channel, lastTo: c.groupTo, deliveryContext: expect.objectContaining({ channel: driver.channel, to: c.groupTo }) }),
+        ]);
+      });
+
+      it("mention gating: an unmentioned group message is recorded, not answered", async () => {
+        const c = await start();
+        await c.group("stranger", "just chatting", false);
+        await vi.waitFor(() => expect(c.harness.app.sessions.get(c.groupKey)).toBeDefined(), WAIT);
+        await c.harness.app.router.idle();
+        expect(c.groupSent()).toEqual([]);
+      });
+
+      it("R28 D2 D3 the owner's /send off stops delivery to that chat; a stranger's /send on changes nothing", async () => {
+        const c = await start();
+        await c.group("owner", "/send off", false);
+        await vi.waitFor(() => expect(c.groupSent()).toEqual(["⚙️ Send policy set to off."]), WAIT);
+        await c.group("stranger", "/send on", true);
+        await c.group("stranger", "are you there?", true);
+        await vi.waitFor(async () => {
+          const entry = c.harness.app.sessions.require(c.groupKey);
+          const said = (await c.harness.app.transcripts.readMessages(c.harness.app.sessions.transcriptPath(entry))).map((m) => (m.role === "user" ? m.content : ""));
+          expect(said.some((t) => t.endsWith("are you there?"))).toBe(true);
+        }, WAIT);
+        await c.harness.app.router.idle();
+        expect(c.harness.app.sessions.get(c.groupKey)?.sendPolicy).toBe("deny");
+        expect(c.groupSent()).toEqual(["⚙️ Send policy set to off."]);
+      });
+    }
+
+    if (driver.chunking !== false) {
+      it("long replies arrive chunked within the platform limit, in order", async () => {
+        const c = await start();
+        const paragraphs = Array.from({ length: 4 }, (_, i) => `Paragraph ${i}: ${"lorem ipsum ".repeat(Math.ceil(driver.chunkLimit / 24))}`.trim());
+        c.harness.model.setResponder(() => ({ content: paragraphs.join("\n\n") }));
+        await c.dm("stranger", "tell me a lot");
+        await vi.waitFor(() => expect(c.dmSent("stranger").join("\n\n").length).toBeGreaterThanOrEqual(paragraphs.join("\n\n").length - 20), WAIT);
+        const chunks = c.dmSent("stranger");
+        expect(chunks.length).toBeGreaterThan(2);
+        expect(chunks.every((t) => t.length <= driver.chunkLimit)).toBe(true);
+        expect(chunks.join(" ").replace(/\s+/g, " ")).toBe(paragraphs.join(" ").replace(/\s+/g, " "));
+      });
+
+      it("no duplicate reply after a send that failed half-way", async () => {
+        const c = await start();
+        const reply = ["first part " + "a".repeat(driver.chunkLimit - 40), "second part " + "b".repeat(driver.chunkLimit - 40)].join("\n\n");
+        c.harness.model.setResponder(() => ({ content: reply }));
+        c.failNthSend(2);
+        await c.dm("stranger", "two chunks please");
+        await vi.waitFor(() => expect(c.dmSent("stranger")).toHaveLength(2), WAIT);
+        await c.harness.app.router.idle();
+        const sent = c.dmSent("stranger");
+        expect(sent[0]).toMatch(/^first part a+$/);
+        expect(sent[1]).toMatch(/^second part b+$/);
+      });
+    }
   });
 }

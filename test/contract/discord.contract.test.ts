@@ -1,0 +1,85 @@
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { FakeDiscord } from "../fakes/discord-api.js";
+import { startHarness } from "../helpers/harness.js";
+import { runChannelContract, type ContractContext, type Who } from "./channel-contract.js";
+
+runChannelContract({
+  channel: "discord",
+  chunkLimit: 500,
+  async start(): Promise<ContractContext> {
+    const fake = await new FakeDiscord().start();
+    const users: Record<Who, string> = { owner: fake.ids.alice, stranger: fake.ids.bob };
+    const harness = await startHarness({
+      config: {
+        commands: { owners: [`discord:${users.owner}`] },
+        channels: { discord: { enabled: true, token: fake.token, apiBase: fake.apiBase, textChunkLimit: 500 } },
+      },
+    });
+    let sends = 0;
+    const texts = (channelId: string) => fake.sent(channelId).map((m) => m.content);
+    return {
+      harness,
+      async dm(who, text) {
+        fake.injectDM({ author: users[who], content: text });
+      },
+      async group(who, text, mentioned) {
+        fake.injectMessage({ channelId: fake.ids.general, author: users[who], content: mentioned ? `<@${fake.ids.bot}> ${text}` : text });
+      },
+      dmSent: (who) => texts(fake.dmChannelId(users[who])),
+      groupSent: () => texts(fake.ids.general),
+      dmTo: (who) => fake.dmChannelId(users[who]),
+      groupTo: fake.ids.general,
+      groupKey: `agent:main:discord:channel:${fake.ids.general}`,
+      async drop() {
+        fake.dropConnections(4000, "contract drop");
+      },
+      failNthSend(n) {
+        fake.override("POST /channels/:id/messages", () => (++sends === n ? { status: 500, body: { message: "500: Internal Server Error", code: 0 } } : undefined));
+      },
+      async stop() {
+        await harness.stop();
+        await fake.stop();
+      },
+    };
+  },
+});
+
+describe("Discord native slash commands", () => {
+  let fake: FakeDiscord | undefined;
+  let harness: Awaited<ReturnType<typeof startHarness>> | undefined;
+  afterEach(async () => {
+    await harness?.stop();
+    await fake?.stop();
+  });
+
+  const replyText = (ix: { callbacks: Array<{ data?: Record<string, unknown> }>; edits: Array<{ body: Record<string, unknown> }> }) =>
+    String(ix.edits.at(-1)?.body.content ?? ix.callbacks.at(-1)?.data?.content ?? "");
+
+  it("R28 /send mode:off from the owner acts on the channel's session (ephemeral answer); a stranger's /send on is refused and changes nothing", async () => {
+    fake = await new FakeDiscord().start();
+    harness = await startHarness({
+      config: { commands: { owners: [`discord:${fake.ids.alice}`] }, channels: { discord: { enabled: true, token: fake.token, apiBase: fake.apiBase } } },
+    });
+    await vi.waitFor(() => expect(fake!.commands.map((c) => c.name)).toContain("send"), { timeout: 5000 });
+    const key = `agent:main:discord:channel:${fake.ids.general}`;
+
+    const own = fake.injectSlashCommand({ userId: fake.ids.alice, channelId: fake.ids.general, name: "send", options: { mode: "off" } });
+    await vi.waitFor(() => expect(replyText(own)).toBe("⚙️ Send policy set to off."), { timeout: 5000 });
+    expect(own.callbacks[0]?.data?.flags).toBe(64);
+    expect(harness.app.sessions.get(key)?.sendPolicy).toBe("deny");
+    expect(harness.app.sessions.get(`agent:main:discord:slash:${fake.ids.alice}`)).toBeUndefined();
+
+    const other = fake.injectSlashCommand({ userId: fake.ids.bob, channelId: fake.ids.general, name: "send", options: { mode: "on" } });
+    await vi.waitFor(() => expect(replyText(other)).toMatch(/Not allowed/), { timeout: 5000 });
+    expect(harness.app.sessions.get(key)?.sendPolicy).toBe("deny");
+
+    fake.injectMessage({ channelId: fake.ids.general, author: fake.ids.bob, content: `<@${fake.ids.bot}> hello?` });
+    await vi.waitFor(async () => {
+      const entry = harness!.app.sessions.require(key);
+      const said = await harness!.app.transcripts.readMessages(harness!.app.sessions.transcriptPath(entry));
+      expect(said.some((m) => m.role === "user" && m.content.includes("hello?"))).toBe(true);
+    });
+    await harness.app.router.idle();
+    expect(fake.sent(fake.ids.general)).toEqual([]);
+  });
+});
