@@ -60,7 +60,7 @@ describe("Discord native slash commands", () => {
     harness = await startHarness({
       config: { commands: { owners: [`discord:${fake.ids.alice}`] }, channels: { discord: { enabled: true, token: fake.token, apiBase: fake.apiBase } } },
     });
-    await vi.waitFor(() => expect(fake!.commands.map((c) => c.name)).toContain("send"), { timeout: 5000 });
+    await vi.waitFor(() => expect(fake!.registeredCommands().map((c) => c.name)).toContain("send"), { timeout: 5000 });
     const key = `agent:main:discord:channel:${fake.ids.general}`;
 
     const own = fake.injectSlashCommand({ userId: fake.ids.alice, channelId: fake.ids.general, name: "send", options: { mode: "off" } });

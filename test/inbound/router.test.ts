@@ -11,7 +11,7 @@ afterEach(async () => {
 const OWNER = "1001";
 const STRANGER = "2002";
 
-async function boot(config: Parameters<typeof startHarness>[0]["config"] = {}) {
+async function boot(config: NonNullable<Parameters<typeof startHarness>[0]>["config"] = {}) {
   const telegram = new RecordingAdapter("telegram");
   h = await startHarness({ adapters: [telegram], config: { commands: { owners: [`telegram:${OWNER}`] }, channels: { telegram: { enabled: false, requireMention: true } }, ...config } });
   return { h, telegram };
