@@ -56,12 +56,24 @@ export class Daemon {
     this.app.runtime.events.on("run", (ev: RunEvent) =>
       this.gateway.broadcast("agent", ev.phase === "end" ? { runId: ev.runId, sessionKey: ev.sessionKey, phase: "end", status: ev.outcome.status } : { runId: ev.runId, sessionKey: ev.sessionKey, phase: ev.phase }),
     );
-    await this.app.outbox.start();
+    // Adapters exist before unfinished work resumes (so resumed replies find their channel),
+    // but only start listening after it, so resumed messages keep their place in each session.
+    const adapters = await this.createChannels();
+    await this.app.outbox.start({ hold: true });
     await this.app.router.start();
     const { port, host } = await this.gateway.listen();
     this.log.info({ url: `http://${host.includes(":") ? `[${host}]` : host}:${port}/`, store: this.app.kv.description, model: this.app.models.defaultRef(this.app.defaultAgentId) ?? "none" }, "switchboard listening");
     if (!this.app.models.configured) this.log.warn("no model configured — chats get a notice; see README \"Connect a model\"");
-    await this.startChannels();
+    // A platform that is down or slow must not keep the daemon (or the other channels) waiting.
+    await Promise.all(
+      adapters.map(({ adapter, log }) =>
+        withDeadline(adapter.start(), ADAPTER_START_GRACE_MS).then(
+          (settled) => settled || log.warn(`channel still connecting after ${ADAPTER_START_GRACE_MS / 1000} s; continuing`),
+          (err: unknown) => log.error({ err: (err as Error).message }, "channel failed to start; see `switchboard status`"),
+        ),
+      ),
+    );
+    this.app.outbox.open();
     this.started = true;
     return { port };
   }
@@ -82,7 +94,7 @@ export class Daemon {
     this.log.info("stopped");
   }
 
-  private async startChannels(): Promise<void> {
+  private async createChannels(): Promise<Array<{ adapter: ChannelAdapter; log: pino.Logger }>> {
     const { channels } = this.app.config;
     const factories = this.opts.adapterFactories ?? {};
     const wanted: Array<["telegram" | "discord" | "whatsapp", AdapterFactory]> = [];
@@ -98,23 +110,25 @@ export class Daemon {
       const cfg = channels.whatsapp;
       wanted.push(["whatsapp", factories.whatsapp ?? (async (ctx) => (await import("../adapters/whatsapp/index.js")).createWhatsAppAdapter(cfg, ctx))]);
     }
+    const created: Array<{ adapter: ChannelAdapter; log: pino.Logger }> = [];
     for (const [channel, factory] of wanted) {
       const accountId = channels[channel]?.accountId ?? "default";
+      const log = this.log.child({ component: "adapter", channel, accountId });
       const ctx: AdapterContext = {
         onInbound: (msg) => this.app.router.accept(msg),
         onNativeCommand: (cmd) => this.app.router.nativeCommand(cmd),
         kv: this.app.adapterKv(channel, accountId),
-        log: this.log.child({ component: "adapter", channel, accountId }),
+        log,
       };
       try {
         const adapter = await factory(ctx, this.app.config);
         this.app.registerAdapter(adapter);
-        // A platform that is down must not keep the daemon (and the other channels) from running.
-        await adapter.start().catch((err: unknown) => ctx.log.error({ err: (err as Error).message }, "channel failed to start; see `switchboard status`"));
+        created.push({ adapter, log });
       } catch (err) {
-        ctx.log.error({ err: (err as Error).message }, "channel could not be created");
+        log.error({ err: (err as Error).message }, "channel could not be created");
       }
     }
+    return created;
   }
 
   private serveWebchat(): void {
@@ -130,6 +144,19 @@ export class Daemon {
     this.gateway.route("GET", "/healthz", (_req, res) => {
       res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ ok: true, uptimeMs: Date.now() - this.app.startedAt }));
     });
+  }
+}
+
+const ADAPTER_START_GRACE_MS = 15_000;
+
+/** true if `p` settled within `ms`; its rejection propagates. */
+async function withDeadline(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  try {
+    return await Promise.race([p.then(() => true as const), timeout]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

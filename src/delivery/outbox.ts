@@ -73,7 +73,10 @@ export interface OutboxDeps {
   log: pino.Logger;
   now?: () => number;
   sleep?: (ms: number) => Promise<void>;
+  /** Attempts for a message whose failures are retryable (rate limits, transport). */
   maxAttempts?: number;
+  /** A retryable failure keeps retrying until the message is this old (platform outages). */
+  maxAgeMs?: number;
   /** Keep finished records this long so a repeated id stays a no-op (ms). */
   retentionMs?: number;
 }
@@ -89,6 +92,9 @@ export class Outbox {
   private readonly sleep: (ms: number) => Promise<void>;
   private stopped = false;
   private inflight = 0;
+  private release!: () => void;
+  /** Sending waits for this: at start-up, until the adapters are connected. */
+  private readonly gate = new Promise<void>((resolve) => (this.release = resolve));
 
   constructor(private readonly deps: OutboxDeps) {
     this.now = deps.now ?? Date.now;
@@ -96,8 +102,12 @@ export class Outbox {
     this.limiter = new RateLimiter(this.now);
   }
 
-  /** Load records; reconcile interrupted sends; resume queued messages. */
-  async start(): Promise<void> {
+  /**
+   * Load records, reconcile interrupted sends and queue unfinished ones. With `hold`, nothing is
+   * sent until `open()` — the daemon opens once the platform adapters have started.
+   */
+  async start(opts: { hold?: boolean } = {}): Promise<void> {
+    if (!opts.hold) this.open();
     const retention = this.deps.retentionMs ?? 24 * 3600_000;
     const rows = await this.deps.space.entries();
     rows.sort((a, b) => a[1].createdAt - b[1].createdAt);
@@ -111,6 +121,10 @@ export class Outbox {
       this.records.set(record.id, record);
       this.schedule(record);
     }
+  }
+
+  open(): void {
+    this.release();
   }
 
   /** Messages not yet finished (queue depth for `status`). */
@@ -194,6 +208,7 @@ export class Outbox {
   }
 
   private async process(record: OutboxRecord): Promise<void> {
+    await this.gate;
     if (this.stopped || TERMINAL.has(record.state)) return;
     const log = this.deps.log.child({ outboxId: record.id, sessionKey: record.sessionKey, channel: record.target.channel, accountId: record.target.accountId });
     if (record.state === "queued") {
@@ -222,7 +237,8 @@ export class Outbox {
 
   private async sendChunks(record: OutboxRecord, log: pino.Logger): Promise<void> {
     const chunks = record.chunks ?? [];
-    const maxAttempts = this.deps.maxAttempts ?? 8;
+    const maxAttempts = this.deps.maxAttempts ?? 50;
+    const maxAgeMs = this.deps.maxAgeMs ?? 6 * 3600_000;
     while (record.next < chunks.length) {
       if (this.stopped) return;
       const adapter = this.deps.adapter(record.target.channel, record.target.accountId);
@@ -250,7 +266,8 @@ export class Outbox {
         record.attempted = undefined;
         const perr = err instanceof PlatformError ? err : new PlatformError(record.target.channel, "transport", errorMessage(err), { cause: err });
         record.error = perr.message;
-        if (!perr.retryable || record.attempts >= maxAttempts) {
+        // Outages are retried (capped backoff) for hours: a reply is worth more late than lost.
+        if (!perr.retryable || record.attempts >= maxAttempts || this.now() - record.createdAt > maxAgeMs) {
           log.error({ err: perr.message, code: perr.code, attempts: record.attempts }, "delivery failed");
           await this.finish(record, "failed");
           await this.recordDelivery(record, "failed", perr.message);
