@@ -3,7 +3,8 @@
  * send/typing over REST. Reconnects and RESUME are discord.js's job; we only mirror its state.
  */
 import { Client, Events, GatewayIntentBits, Partials, Routes, type APIMessage, type RESTPostAPIChannelMessageJSONBody } from "discord.js";
-import type { AdapterContext, ChannelAdapter, ChannelHealth, InboundMessage, OutboundTarget, RateLimit, SendReceipt } from "../../src/channels/types.js";
+import { createHash } from "node:crypto";
+import type { AdapterContext, ChannelAdapter, ChannelHealth, InboundMessage, OutboundTarget, RateLimit, SendOptions, SendReceipt } from "../../src/channels/types.js";
 import { PlatformError } from "../../src/channels/types.js";
 import type { DiscordConfig } from "../../src/config/schema.js";
 import { registerCommands } from "./commands.js";
@@ -24,6 +25,11 @@ const TYPING_DEADLINE_MS = 5_000;
 const STOP_GRACE_MS = 2_000;
 
 /** Discord's published limits: 5 messages / 5 s per channel, 50 requests / s per bot. */
+/** Discord nonces are at most 25 characters: a digest of our per-chunk idempotency key. */
+export function discordNonce(key: string): string {
+  return createHash("sha256").update(key).digest("base64url").slice(0, 25);
+}
+
 export function discordRateLimits(to: string): RateLimit[] {
   return [
     { key: `chat:${to}`, count: 5, intervalMs: 5000 },
@@ -171,13 +177,17 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext)
       await Promise.race([c.destroy().catch(() => undefined), new Promise((r) => setTimeout(r, STOP_GRACE_MS).unref())]);
     },
 
-    async send(target: OutboundTarget, text: string): Promise<SendReceipt> {
+    // Discord dedupes message creation by nonce for a few minutes when enforce_nonce is set.
+    idempotentSends: true,
+
+    async send(target: OutboundTarget, text: string, opts?: SendOptions): Promise<SendReceipt> {
       const c = client;
       if (!c) throw new PlatformError("discord", "transport", "adapter not started");
       // Discord threads are channels: a thread id, when given, is where the message goes.
       const channelId = target.threadId ?? target.to;
       const body: RESTPostAPIChannelMessageJSONBody = { content: text, allowed_mentions: { parse: [] } };
       if (target.replyToMessageId) body.message_reference = { message_id: target.replyToMessageId, fail_if_not_exists: false };
+      if (opts?.idempotencyKey) Object.assign(body, { nonce: discordNonce(opts.idempotencyKey), enforce_nonce: true });
       try {
         const message = (await c.rest.post(Routes.channelMessages(channelId), { body, signal: AbortSignal.timeout(SEND_DEADLINE_MS) })) as APIMessage;
         return { messageId: message.id };

@@ -53,6 +53,11 @@ export interface OutboundTarget {
   replyToMessageId?: string;
 }
 
+export interface SendOptions {
+  /** Stable per chunk across retries and restarts. */
+  idempotencyKey?: string;
+}
+
 export interface SendReceipt {
   /** Platform message id of the delivered message. */
   messageId: string;
@@ -120,7 +125,12 @@ export interface ChannelAdapter {
   start(): Promise<void>;
   stop(): Promise<void>;
   /** Send ONE chunk (already within textChunkLimit). Throws PlatformError. Only the outbox calls this. */
-  send(target: OutboundTarget, text: string): Promise<SendReceipt>;
+  send(target: OutboundTarget, text: string, opts?: SendOptions): Promise<SendReceipt>;
+  /**
+   * The platform dedupes sends by `SendOptions.idempotencyKey` (Discord's enforce_nonce), so a
+   * send whose outcome is unknown after a crash may be repeated safely.
+   */
+  readonly idempotentSends?: boolean;
   /** Best-effort typing indicator while a run works. */
   typing?(target: OutboundTarget): Promise<void>;
   health(): ChannelHealth;

@@ -4,7 +4,8 @@
  * policy, chunked, rate-limited, sent, and acknowledged.
  *
  * Durability per chunk: a chunk is marked `attempted` before the platform call and `sent` after
- * it. After a crash, a chunk left `attempted` is reconciled as `unknown_after_send` and skipped —
+ * it. After a crash, a chunk left `attempted` is repeated only where the platform dedupes by our
+ * idempotency key (Discord nonces); elsewhere it is reconciled as `unknown_after_send` and skipped —
  * never re-sent blind, because a duplicate reply is the most common complaint of such daemons —
  * and the remaining chunks continue. Queued messages resume in order.
  */
@@ -117,7 +118,6 @@ export class Outbox {
         else this.records.set(record.id, record);
         continue;
       }
-      if (record.attempted !== undefined) await this.reconcile(record);
       this.records.set(record.id, record);
       this.schedule(record);
     }
@@ -237,6 +237,7 @@ export class Outbox {
 
   private async sendChunks(record: OutboxRecord, log: pino.Logger): Promise<void> {
     const chunks = record.chunks ?? [];
+    if (record.attempted !== undefined) await this.reconcile(record, log);
     const maxAttempts = this.deps.maxAttempts ?? 50;
     const maxAgeMs = this.deps.maxAgeMs ?? 6 * 3600_000;
     while (record.next < chunks.length) {
@@ -256,7 +257,7 @@ export class Outbox {
       await this.persist(record);
       this.inflight++;
       try {
-        const receipt = await adapter.send(record.target, chunks[record.next]);
+        const receipt = await adapter.send(record.target, chunks[record.next], { idempotencyKey: `${record.id}#${record.next}` });
         record.messageIds.push(receipt.messageId);
         record.next++;
         record.attempted = undefined;
@@ -286,12 +287,18 @@ export class Outbox {
     await this.recordDelivery(record, record.unknownChunks?.length ? "unknown_after_send" : "sent");
   }
 
-  private async reconcile(record: OutboxRecord): Promise<void> {
+  /** A chunk whose send was interrupted by a restart: repeat it only where that is safe. */
+  private async reconcile(record: OutboxRecord, log: pino.Logger): Promise<void> {
     const index = record.attempted as number;
-    record.unknownChunks = [...(record.unknownChunks ?? []), index];
-    record.next = index + 1;
     record.attempted = undefined;
-    this.deps.log.warn({ outboxId: record.id, chunk: index }, "send interrupted by a restart; chunk not re-sent (unknown_after_send)");
+    if (this.deps.adapter(record.target.channel, record.target.accountId)?.idempotentSends) {
+      record.next = index;
+      log.info({ chunk: index }, "send interrupted by a restart; repeating it under the same idempotency key");
+    } else {
+      record.unknownChunks = [...(record.unknownChunks ?? []), index];
+      record.next = index + 1;
+      log.warn({ chunk: index }, "send interrupted by a restart; chunk not re-sent (unknown_after_send)");
+    }
     await this.persist(record);
   }
 

@@ -119,3 +119,12 @@ describe("native commands", () => {
     expect(commandsHash("1", [...NATIVE_COMMANDS, { name: "extra" }])).not.toBe(commandsHash("1"));
   });
 });
+
+describe("discordNonce", () => {
+  it("is stable per idempotency key and fits Discord's 25-character nonce", async () => {
+    const { discordNonce } = await import("../../adapters/discord/index.js");
+    expect(discordNonce("reply:telegram:default:42#0")).toBe(discordNonce("reply:telegram:default:42#0"));
+    expect(discordNonce("a#0")).not.toBe(discordNonce("a#1"));
+    expect(discordNonce("x".repeat(500))).toHaveLength(25);
+  });
+});

@@ -134,6 +134,27 @@ describe("outbox — the one outbound gate", () => {
     expect(second.outbox.get("crashy")?.unknownChunks).toEqual([1]);
   });
 
+  it("on a platform that dedupes by idempotency key (Discord nonces) the interrupted chunk is repeated under the same key", async () => {
+    const first = await setup();
+    const record: OutboxRecord = { id: "nonce", target, kind: "reply", text: "x", chunks: ["one", "two"], state: "sending", next: 1, attempted: 1, messageIds: ["1"], attempts: 2, createdAt: Date.now(), updatedAt: Date.now() };
+    await first.kv.space<OutboxRecord>("outbox").set("nonce", record);
+    const adapter = Object.assign(new RecordingAdapter("telegram", "default", 50), { idempotentSends: true });
+    const keys: string[] = [];
+    const send = adapter.send.bind(adapter);
+    adapter.send = async (t, text, opts) => {
+      keys.push(opts?.idempotencyKey ?? "");
+      return send(t, text);
+    };
+    const second = await setup({ stateDir: first.stateDir, adapter });
+    await new Promise<void>((resolve) => {
+      const check = () => (second.outbox.get("nonce")?.state === "sent" ? resolve() : setTimeout(check, 5));
+      check();
+    });
+    expect(adapter.sent.map((m) => m.text)).toEqual(["two"]);
+    expect(keys).toEqual(["nonce#1"]);
+    expect(second.outbox.get("nonce")?.unknownChunks).toBeUndefined();
+  });
+
   it("a queued message survives a restart and is delivered after it", async () => {
     const first = await setup();
     const queued: OutboxRecord = { id: "q", target, kind: "reply", text: "still here", state: "queued", next: 0, messageIds: [], attempts: 0, createdAt: Date.now(), updatedAt: Date.now() };
