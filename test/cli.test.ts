@@ -1,0 +1,30 @@
+import { execFile } from "node:child_process";
+import path from "node:path";
+import { promisify } from "node:util";
+import { afterEach, describe, expect, it } from "vitest";
+import { startHarness, type Harness } from "./helpers/harness.js";
+
+const run = promisify(execFile);
+const BIN = path.resolve("src/bin.js");
+let h: Harness | undefined;
+afterEach(async () => h?.stop());
+
+describe("CLI gateway clients", () => {
+  it("sessions send / list / history / patch and status talk to a running daemon", async () => {
+    h = await startHarness({ config: { gateway: { auth: { token: "cli-token-123456" } } } });
+    const common = ["--url", h.url, "--token", "cli-token-123456"];
+    const sent = await run("node", [BIN, "sessions", "send", "main", "hello cli", ...common]);
+    expect(sent.stdout.trim()).toBe("echo: hello cli");
+    const list = JSON.parse((await run("node", [BIN, "sessions", "list", "--json", ...common])).stdout);
+    expect(list.sessions.map((s: { key: string }) => s.key)).toEqual(["agent:main:main"]);
+    const history = await run("node", [BIN, "sessions", "history", "main", ...common]);
+    expect(history.stdout).toBe("user: hello cli\nassistant: echo: hello cli\n");
+    const patched = await run("node", [BIN, "sessions", "patch", "main", "--send-policy", "deny", ...common]);
+    expect(patched.stdout.trim()).toBe("agent:main:main: sendPolicy=deny");
+    const status = await run("node", [BIN, "status", ...common]);
+    expect(status.stdout).toMatch(/runs: 0 running, 0 queued; outbox: 0 pending/);
+    const refused = await run("node", [BIN, "status", "--url", h.url, "--token", "wrong"]).catch((e) => e);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/invalid gateway token/);
+  });
+});
