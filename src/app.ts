@@ -17,7 +17,7 @@ import type { SessionEntry } from "./sessions/entry.js";
 import { SessionNotFoundError, SessionStore } from "./sessions/session-store.js";
 import { TranscriptStore } from "./sessions/transcript.js";
 import { openKvStore, type KvStore } from "./store/kv.js";
-import type { AgentTool, ToolSource } from "./tools/types.js";
+import type { AgentTool, ToolFilter, ToolScope, ToolSource } from "./tools/types.js";
 
 export interface AppOptions {
   config: Config;
@@ -42,6 +42,8 @@ export class App {
   models: ModelRegistry;
   /** Tool sources; session tools and others register here before start. */
   private readonly toolSources: ToolSource[] = [];
+  /** Applied to the union of all sources, so a restriction also covers tools added by others. */
+  private readonly toolFilters: ToolFilter[] = [];
   /** Hooks run by `/stop` (sub-agents). */
   readonly stopHooks: Array<(sessionKey: string) => string[]> = [];
 
@@ -74,7 +76,7 @@ export class App {
       sessions: this.sessions,
       transcripts: this.transcripts,
       models: this.models,
-      tools: (scope) => this.toolSources.flatMap((source) => source(scope)),
+      tools: (scope) => this.toolsFor(scope),
       log: this.log.child({ component: "runtime" }),
     });
     this.router = new InboundRouter({
@@ -93,6 +95,15 @@ export class App {
 
   addTools(source: ToolSource | AgentTool[]): void {
     this.toolSources.push(typeof source === "function" ? source : () => source);
+  }
+
+  addToolFilter(filter: ToolFilter): void {
+    this.toolFilters.push(filter);
+  }
+
+  /** Every registered tool a run in `scope` may use. */
+  toolsFor(scope: ToolScope): AgentTool[] {
+    return this.toolSources.flatMap((source) => source(scope)).filter((tool) => this.toolFilters.every((keep) => keep(scope, tool)));
   }
 
   registerAdapter(adapter: ChannelAdapter): void {
@@ -139,7 +150,7 @@ export class App {
 
   async close(): Promise<void> {
     await this.sessions?.flush();
-    await this.transcripts.flush();
+    await this.transcripts.close();
     await this.kv?.close();
   }
 }

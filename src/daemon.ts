@@ -115,7 +115,7 @@ export class Daemon {
       const accountId = channels[channel]?.accountId ?? "default";
       const log = this.log.child({ component: "adapter", channel, accountId });
       const ctx: AdapterContext = {
-        onInbound: (msg) => this.app.router.accept(msg),
+        onInbound: (msg) => this.app.router.accept(msg).then(() => undefined),
         onNativeCommand: (cmd) => this.app.router.nativeCommand(cmd),
         kv: this.app.adapterKv(channel, accountId),
         log,

@@ -7,6 +7,7 @@ import { EventEmitter } from "node:events";
 import { randomUUID } from "node:crypto";
 import PQueue from "p-queue";
 import type pino from "pino";
+import { lazyChild } from "../log.js";
 import type { Config } from "../config/schema.js";
 import type { DeliveryContext } from "../sessions/entry.js";
 import type { SessionStore } from "../sessions/session-store.js";
@@ -130,6 +131,11 @@ export class AgentRuntime {
     return { runId, info, done };
   }
 
+  /** False once drain() began: runs ending now were cut short by the shutdown, not by their work. */
+  get accepting(): boolean {
+    return !this.draining;
+  }
+
   get(runId: string): RunInfo | undefined {
     return this.runs.get(runId)?.info ?? this.completed.get(runId);
   }
@@ -201,7 +207,7 @@ export class AgentRuntime {
   }
 
   private async execute(info: RunInfo, req: RunRequest, controller: AbortController): Promise<RunOutcome> {
-    const log = this.deps.log.child({ runId: info.runId, sessionKey: info.sessionKey });
+    const log = lazyChild(this.deps.log, { runId: info.runId, sessionKey: info.sessionKey });
     info.status = "running";
     info.startedAt = Date.now();
     this.emit({ phase: "start", runId: info.runId, sessionKey: info.sessionKey });

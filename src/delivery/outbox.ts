@@ -10,6 +10,7 @@
  * and the remaining chunks continue. Queued messages resume in order.
  */
 import type pino from "pino";
+import { lazyChild } from "../log.js";
 import type { ChannelAdapter, OutboundTarget, RateLimit } from "../channels/types.js";
 import { PlatformError } from "../channels/types.js";
 import { resolveSendPolicy, type SendPolicyConfig, type SendPolicyResult } from "../policy/send-policy.js";
@@ -210,7 +211,7 @@ export class Outbox {
   private async process(record: OutboxRecord): Promise<void> {
     await this.gate;
     if (this.stopped || TERMINAL.has(record.state)) return;
-    const log = this.deps.log.child({ outboxId: record.id, sessionKey: record.sessionKey, channel: record.target.channel, accountId: record.target.accountId });
+    const log = lazyChild(this.deps.log, { outboxId: record.id, sessionKey: record.sessionKey, channel: record.target.channel, accountId: record.target.accountId });
     if (record.state === "queued") {
       const verdict = this.evaluate(record.sessionKey, record.target);
       record.policy = verdict.reason;
@@ -229,8 +230,9 @@ export class Outbox {
         return;
       }
       record.chunks = chunkText(record.text, adapter.textChunkLimit, record.target.channel === "discord" ? { maxLines: 17 } : undefined);
+      // Persisted with the first chunk's `attempted` mark (one write, not two); a crash before
+      // that leaves the record queued, and it is simply chunked again.
       record.state = "sending";
-      await this.persist(record);
     }
     await this.sendChunks(record, log);
   }
@@ -251,19 +253,22 @@ export class Outbox {
       }
       const limits: RateLimit[] = adapter.rateLimitsFor?.(record.target) ?? [];
       for (let wait = this.limiter.delayFor(limits); wait > 0; wait = this.limiter.delayFor(limits)) await this.sleep(wait);
-      this.limiter.record(limits);
+      const stamp = this.limiter.record(limits);
       record.attempted = record.next;
       record.attempts++;
       await this.persist(record);
       this.inflight++;
       try {
         const receipt = await adapter.send(record.target, chunks[record.next], { idempotencyKey: `${record.id}#${record.next}` });
+        this.limiter.settle(limits, stamp);
         record.messageIds.push(receipt.messageId);
         record.next++;
         record.attempted = undefined;
         record.error = undefined;
-        await this.persist(record);
+        // The last chunk's acknowledgement is persisted by finish() (one write, not two).
+        if (record.next < chunks.length) await this.persist(record);
       } catch (err) {
+        this.limiter.settle(limits, stamp);
         record.attempted = undefined;
         const perr = err instanceof PlatformError ? err : new PlatformError(record.target.channel, "transport", errorMessage(err), { cause: err });
         record.error = perr.message;

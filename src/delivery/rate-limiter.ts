@@ -20,10 +20,31 @@ export class RateLimiter {
     return Math.max(0, wait);
   }
 
-  /** Record one send under every bucket. */
-  record(limits: readonly RateLimit[]): void {
+  /** Record one send under every bucket; returns its stamp for `settle`. */
+  record(limits: readonly RateLimit[]): number {
     const t = this.now();
     for (const limit of limits) this.prune(limit, t).push(t);
+    return t;
+  }
+
+  /**
+   * The platform answered the send stamped `recordedAt`: count it from now instead. The platform
+   * counted it when the request arrived, somewhere between the two; counting from the later end
+   * keeps network jitter (a slow request followed by a fast one) from landing a send paced right
+   * at the window's edge inside the platform's window — a 429 a pure pacer would collect.
+   */
+  settle(limits: readonly RateLimit[], recordedAt: number): void {
+    const t = this.now();
+    if (t <= recordedAt) return;
+    for (const limit of limits) {
+      const stamps = this.windows.get(bucketKey(limit));
+      const i = stamps ? stamps.lastIndexOf(recordedAt) : -1;
+      if (!stamps || i < 0) continue;
+      stamps.splice(i, 1);
+      let at = stamps.length;
+      while (at > 0 && stamps[at - 1] > t) at--;
+      stamps.splice(at, 0, t);
+    }
   }
 
   /** A platform said 429: treat the bucket as full until `retryAfterMs` has passed. */
@@ -38,15 +59,19 @@ export class RateLimiter {
   }
 
   private prune(limit: RateLimit, t: number): number[] {
-    const bucketKey = `${limit.key}|${limit.count}/${limit.intervalMs}`;
-    let stamps = this.windows.get(bucketKey);
+    const key = bucketKey(limit);
+    let stamps = this.windows.get(key);
     if (!stamps) {
       stamps = [];
-      this.windows.set(bucketKey, stamps);
+      this.windows.set(key, stamps);
     }
     let drop = 0;
     while (drop < stamps.length && stamps[drop] <= t - limit.intervalMs) drop++;
     if (drop) stamps.splice(0, drop);
     return stamps;
   }
+}
+
+function bucketKey(limit: RateLimit): string {
+  return `${limit.key}|${limit.count}/${limit.intervalMs}`;
 }

@@ -9,6 +9,8 @@
  * A denied session still records what was said (deny means "don't deliver", not "don't listen").
  */
 import type pino from "pino";
+import { lazyChild } from "../log.js";
+import { z } from "zod";
 import type { ChannelAdapter, InboundMessage, NativeCommand, OutboundTarget } from "../channels/types.js";
 import type { Config } from "../config/schema.js";
 import type { AgentRuntime, RunOutcome } from "../agents/runtime.js";
@@ -29,13 +31,48 @@ interface InboundRecord {
   receivedAt: number;
 }
 
+/** A finished message is kept as its id alone: enough to ignore a platform redelivery. */
+type StoredInbound = InboundRecord | { id: string; state: "done"; receivedAt: number };
+
+const Id = z
+  .string()
+  .min(1)
+  .max(512)
+  .refine((s) => s.trim().length > 0, "must not be blank");
+
+/**
+ * The trust boundary for what adapters hand the core: anything else is rejected with the reason
+ * (and never stored), so a buggy or hostile edge cannot write a malformed record or session key.
+ * Unknown fields are dropped.
+ */
+export const InboundMessageSchema = z.object({
+  channel: z.enum(["webchat", "telegram", "discord", "whatsapp"]),
+  accountId: Id,
+  chatType: z.enum(["direct", "group", "channel"]),
+  peerId: Id,
+  threadId: Id.optional(),
+  parentPeerId: Id.optional(),
+  senderId: z.string().max(512),
+  senderName: z.string().max(1024).optional(),
+  groupName: z.string().max(1024).optional(),
+  text: z.string().max(200_000),
+  messageId: Id,
+  wasMentioned: z.boolean(),
+  to: Id,
+  timestamp: z.number(),
+  forwarded: z.boolean().optional(),
+  edited: z.boolean().optional(),
+});
+
+export type AcceptOutcome = { status: "accepted" | "duplicate" } | { status: "rejected"; error: string };
+
 export interface RouterDeps extends CommandDeps {
   config: Config;
   sessions: SessionStore;
   transcripts: TranscriptStore;
   runtime: AgentRuntime;
   outbox: Outbox;
-  space: KvSpace<InboundRecord>;
+  space: KvSpace<StoredInbound>;
   adapter: (channel: string, accountId: string) => ChannelAdapter | undefined;
   log: pino.Logger;
   /** Telegram/Discord bot usernames, for `/cmd@BotName`. */
@@ -72,17 +109,38 @@ export class InboundRouter {
     }
   }
 
-  /** Adapter entry point: resolves once the message is durably accepted (or known). */
-  async accept(msg: InboundMessage): Promise<void> {
+  /**
+   * Adapter entry point: resolves once the message is durably accepted (or known). A malformed
+   * message resolves `rejected` (logged, nothing stored): redelivering it could never succeed, so
+   * an adapter that retries rejections (the Telegram offset) must not be told to. A failed store
+   * write rejects, and the message may be delivered again.
+   *
+   * Messages take their place in their session's lane in call order, before the write completes,
+   * so an adapter may accept a whole batch concurrently (one group commit) and keep its order.
+   */
+  async accept(input: InboundMessage): Promise<AcceptOutcome> {
+    const parsed = InboundMessageSchema.safeParse(input);
+    if (!parsed.success) {
+      const error = `invalid inbound message: ${parsed.error.issues.map((i) => `${i.path.join(".") || "message"}: ${i.message}`).join("; ")}`;
+      this.deps.log.warn({ err: error }, "inbound message rejected");
+      return { status: "rejected", error };
+    }
+    const msg = parsed.data as InboundMessage;
     const id = `${msg.channel}:${msg.accountId}:${msg.messageId}`;
     if (this.records.has(id) || this.doneIds.has(id)) {
       this.deps.log.debug({ inboundId: id }, "duplicate inbound ignored");
-      return;
+      return { status: "duplicate" };
     }
     const rec: InboundRecord = { id, msg, state: "pending", receivedAt: Date.now() };
     this.records.set(id, rec);
-    await this.deps.space.set(id, rec);
-    this.schedule(rec);
+    const durable = this.deps.space.set(id, rec).catch((err: unknown) => {
+      // Not accepted: forget it, so that the platform's redelivery is processed, not deduped.
+      if (this.records.get(id) === rec) this.records.delete(id);
+      throw err;
+    });
+    this.schedule(rec, durable);
+    await durable;
+    return { status: "accepted" };
   }
 
   /** Wait for everything accepted so far to finish (tests, shutdown). */
@@ -144,12 +202,19 @@ export class InboundRouter {
     return { kind: "run", done: delivered };
   }
 
-  private schedule(rec: InboundRecord): void {
+  /** `durable`: the accept write; the message is processed only once it is stored. */
+  private schedule(rec: InboundRecord, durable: Promise<void> = Promise.resolve()): void {
     const route = resolveRoute(this.deps.config, rec.msg);
     // Commands bypass the session lane: `/stop` must not wait behind the run it stops.
     const isCommand = this.commandOf(rec.msg) !== null;
     const prev = isCommand ? Promise.resolve() : this.lanes.get(route.sessionKey) ?? Promise.resolve();
-    const run = prev.then(() => this.process(rec, route)).catch((err: unknown) => {
+    const stored = durable.then(
+      () => true,
+      () => false,
+    );
+    const run = prev.then(async () => {
+      if (await stored) await this.process(rec, route);
+    }).catch((err: unknown) => {
       this.deps.log.error({ err, inboundId: rec.id, sessionKey: route.sessionKey }, "inbound processing failed");
     });
     if (!isCommand) this.lanes.set(route.sessionKey, run);
@@ -168,7 +233,7 @@ export class InboundRouter {
   private async process(rec: InboundRecord, route: Route): Promise<void> {
     const { msg } = rec;
     const { config, sessions, transcripts, outbox } = this.deps;
-    const log = this.deps.log.child({ channel: msg.channel, accountId: msg.accountId, sessionKey: route.sessionKey, inboundId: rec.id });
+    const log = lazyChild(this.deps.log, { channel: msg.channel, accountId: msg.accountId, sessionKey: route.sessionKey, inboundId: rec.id });
     const target: OutboundTarget = { channel: msg.channel, accountId: msg.accountId, to: msg.to, ...(msg.threadId ? { threadId: msg.threadId } : {}) };
     const command = this.commandOf(msg);
     if (command) {
@@ -266,7 +331,7 @@ export class InboundRouter {
 
   private async finish(rec: InboundRecord): Promise<void> {
     rec.state = "done";
-    await this.deps.space.set(rec.id, rec);
+    await this.deps.space.set(rec.id, { id: rec.id, state: "done", receivedAt: rec.receivedAt });
     this.records.delete(rec.id);
     this.rememberDone(rec.id, rec.receivedAt);
   }

@@ -21,6 +21,8 @@ export interface ListFilter {
   search?: string;
   includeGlobal?: boolean;
   includeUnknown?: boolean;
+  /** Archived sub-agent sessions (R40) are hidden unless asked for. */
+  includeArchived?: boolean;
   /** Extra predicate applied before the limit (visibility rules). */
   where?: (entry: SessionEntry) => boolean;
 }
@@ -117,6 +119,7 @@ export class SessionStore {
       if (cutoff !== undefined && e.updatedAt < cutoff) break;
       if (e.key === "unknown" && !filter.includeUnknown) continue;
       if (e.key === "global" && filter.includeGlobal === false) continue;
+      if (e.archivedAt !== undefined && !filter.includeArchived) continue;
       if (filter.spawnedBy !== undefined && e.spawnedBy !== filter.spawnedBy) continue;
       if (filter.label !== undefined && e.label !== filter.label) continue;
       if (filter.agentId !== undefined && e.agentId !== filter.agentId) continue;

@@ -6,10 +6,28 @@
  * `delivery` lines (what the outbox did with a reply: sent or suppressed by policy).
  * A torn last line (process killed mid-write) is skipped by readers and fenced off by a newline
  * before the next append, so one bad write never corrupts later lines.
+ *
+ * Hot path (measured in bench/): every run reads the session's last messages and every message
+ * appends up to three lines, so recently used files keep an open append handle (LRU) and their
+ * last messages in memory (LRU). Files are only ever appended through this store while their
+ * session is live, which is what keeps the in-memory tail equal to the file's.
  */
 import { randomUUID } from "node:crypto";
 import { promises as fs } from "node:fs";
 import path from "node:path";
+
+/** Messages kept in memory per transcript: more than the runtime's history window (60). */
+const TAIL_MESSAGES = 100;
+/** Transcripts whose tails stay cached (least recently used dropped first). */
+const MAX_TAILS = 2000;
+/** Append handles kept open (least recently used closed first). */
+const MAX_OPEN_FILES = 1024;
+
+interface Tail {
+  messages: TranscriptMessage[];
+  /** The cached messages are all the file's messages. */
+  complete: boolean;
+}
 
 export interface TextBlock {
   type: "text";
@@ -73,6 +91,10 @@ export class TranscriptStore {
   private readonly lastIds = new Map<string, string>();
   private readonly chains = new Map<string, Promise<unknown>>();
   private readonly checked = new Set<string>();
+  private readonly tails = new Map<string, Tail>();
+  private readonly handles = new Map<string, Promise<fs.FileHandle>>();
+  /** Lines appended per file in this process (tells a read that raced an append). */
+  private readonly appended = new Map<string, number>();
 
   async appendMessage(ref: TranscriptRef, message: TranscriptMessage): Promise<string> {
     const id = randomUUID().slice(0, 8);
@@ -89,11 +111,25 @@ export class TranscriptStore {
   /** The last `limit` messages (all message lines when limit is undefined). */
   async readMessages(file: string, limit?: number): Promise<TranscriptMessage[]> {
     await this.chains.get(file);
+    if (limit !== undefined && limit <= 0) return [];
+    const cached = this.tails.get(file);
+    if (cached && (cached.complete || (limit !== undefined && cached.messages.length >= limit))) {
+      this.tails.delete(file);
+      this.tails.set(file, cached);
+      return limit === undefined ? cached.messages.slice() : cached.messages.slice(-limit);
+    }
+    const version = this.appended.get(file) ?? 0;
     const lines = limit === undefined ? await readAllLines(file) : await readLastLines(file, limit, isMessageLine);
     const out: TranscriptMessage[] = [];
     for (const line of lines) {
       const parsed = parseLine(line);
       if (parsed?.type === "message") out.push(parsed.message);
+    }
+    // Fewer lines than asked for means the whole file was read. A line appended while reading
+    // could be missing from what was read, so the tail is cached only if none was.
+    if ((this.appended.get(file) ?? 0) === version && !this.chains.has(file)) {
+      const complete = (limit === undefined || lines.length < limit) && out.length <= TAIL_MESSAGES;
+      this.remember(file, { messages: out.slice(-TAIL_MESSAGES), complete });
     }
     return limit === undefined ? out : out.slice(-limit);
   }
@@ -106,6 +142,14 @@ export class TranscriptStore {
 
   async flush(): Promise<void> {
     await Promise.all(this.chains.values());
+  }
+
+  /** Flush, then close the append handles (the store stays usable; handles reopen on demand). */
+  async close(): Promise<void> {
+    await this.flush();
+    const open = [...this.handles.values()];
+    this.handles.clear();
+    await Promise.all(open.map((h) => h.then((fh) => fh.close()).catch(() => undefined)));
   }
 
   private write(ref: TranscriptRef, line: TranscriptLine): Promise<void> {
@@ -121,26 +165,71 @@ export class TranscriptStore {
   private async doWrite(ref: TranscriptRef, line: TranscriptLine): Promise<void> {
     let prefix = "";
     if (!this.checked.has(ref.path)) {
-      prefix = await this.prepare(ref);
+      const prepared = await this.prepare(ref);
+      prefix = prepared.prefix;
       this.checked.add(ref.path);
+      if (prepared.created) this.remember(ref.path, { messages: [], complete: true });
     }
-    await fs.appendFile(ref.path, `${prefix}${JSON.stringify(line)}\n`);
+    const json = JSON.stringify(line);
+    const handle = await this.handleFor(ref.path);
+    this.appended.set(ref.path, (this.appended.get(ref.path) ?? 0) + 1);
+    const bytes = Buffer.from(`${prefix}${json}\n`, "utf8");
+    for (let off = 0; off < bytes.length; ) off += (await handle.write(bytes, off, bytes.length - off, null)).bytesWritten;
+    const tail = line.type === "message" ? this.tails.get(ref.path) : undefined;
+    if (tail) {
+      // A copy as read from disk would be: callers' objects are neither kept nor shared.
+      tail.messages.push((JSON.parse(json) as { message: TranscriptMessage }).message);
+      if (tail.messages.length > TAIL_MESSAGES) {
+        tail.messages.shift();
+        tail.complete = false;
+      }
+    }
+  }
+
+  private remember(file: string, tail: Tail): void {
+    this.tails.delete(file);
+    this.tails.set(file, tail);
+    if (this.tails.size > MAX_TAILS) this.tails.delete(this.tails.keys().next().value as string);
+  }
+
+  /** An append handle for `file` (LRU); an evicted handle is closed once its pending writes ended. */
+  private handleFor(file: string): Promise<fs.FileHandle> {
+    let handle = this.handles.get(file);
+    if (handle) {
+      this.handles.delete(file);
+      this.handles.set(file, handle);
+      return handle;
+    }
+    handle = fs.open(file, "a");
+    this.handles.set(file, handle);
+    handle.catch(() => {
+      if (this.handles.get(file) === handle) this.handles.delete(file);
+    });
+    if (this.handles.size > MAX_OPEN_FILES) {
+      const [oldest, old] = this.handles.entries().next().value as [string, Promise<fs.FileHandle>];
+      this.handles.delete(oldest);
+      void Promise.resolve(this.chains.get(oldest))
+        .then(() => old)
+        .then((fh) => fh.close())
+        .catch(() => undefined);
+    }
+    return handle;
   }
 
   /** First write to a file in this process: create it with a header, or fence off a torn tail. */
-  private async prepare(ref: TranscriptRef): Promise<string> {
+  private async prepare(ref: TranscriptRef): Promise<{ prefix: string; created: boolean }> {
     const handle = await fs.open(ref.path, "r").catch(() => undefined);
     if (!handle) {
       await fs.mkdir(path.dirname(ref.path), { recursive: true });
       const header: TranscriptLine = { type: "session", version: 1, id: ref.sessionId, key: ref.key, timestamp: new Date().toISOString() };
-      return `${JSON.stringify(header)}\n`;
+      return { prefix: `${JSON.stringify(header)}\n`, created: true };
     }
     try {
       const { size } = await handle.stat();
-      if (size === 0) return "";
+      if (size === 0) return { prefix: "", created: false };
       const buf = Buffer.alloc(1);
       await handle.read(buf, 0, 1, size - 1);
-      return buf[0] === 0x0a ? "" : "\n";
+      return { prefix: buf[0] === 0x0a ? "" : "\n", created: false };
     } finally {
       await handle.close();
     }

@@ -70,6 +70,7 @@ async function sqliteStore(file: string): Promise<KvStore> {
   // WAL + NORMAL: a committed write survives a process kill (kill -9) and writes don't fsync twice.
   await store.query("PRAGMA journal_mode=WAL");
   await store.query("PRAGMA synchronous=NORMAL");
+  if (process.env.SB_NOCKPT) await store.query("PRAGMA wal_autocheckpoint=0");
   const writer = new BatchWriter(store);
   const spaces = new Map<string, Keyv>();
   const keyvFor = (namespace: string): Keyv => {
@@ -92,8 +93,7 @@ async function sqliteStore(file: string): Promise<KvStore> {
           return (await keyv.get(key)) as T | undefined;
         },
         async set(key, value) {
-          const raw = await keyv.serialize?.({ value });
-          if (typeof raw !== "string") throw new Error(`store write failed: cannot serialise ${namespace}:${key}`);
+          const raw = serializeKeyv(value);
           await writer.write({ kind: "set", key: `${namespace}:${key}`, raw });
         },
         async delete(key) {
@@ -143,6 +143,9 @@ class BatchWriter {
   }
 
   private async run(): Promise<void> {
+    // Writes issued in the same tick (an adapter accepting a batch) share one transaction, so
+    // they succeed or fail together.
+    await Promise.resolve();
     try {
       while (this.queue.length) {
         const batch = this.takeBatch();
@@ -167,6 +170,10 @@ class BatchWriter {
   }
 
   private async execute(ops: WriteOp[]): Promise<void> {
+    if (process.env.SB_TRACE) { const t = performance.now(); try { return await this.execute2(ops); } finally { const d = performance.now() - t; (globalThis as any).__kvt ??= []; (globalThis as any).__kvt.push([d, ops.length]); } }
+    return this.execute2(ops);
+  }
+  private async execute2(ops: WriteOp[]): Promise<void> {
     if (ops[0].kind === "delete") {
       await this.store.query("DELETE FROM keyv WHERE key = ?", ops[0].key);
       return;
@@ -181,9 +188,42 @@ class BatchWriter {
   }
 }
 
+/**
+ * Keyv's stored format (`{"value":…}`, strings starting with ":" escaped as "::…", Buffers as
+ * ":base64:…"), so `keyv.get` and `entries()` read back exactly what was written. Plain
+ * JSON.stringify is several times faster than keyv's own serialiser and gives the same text
+ * unless some string starts with ":" or a Buffer is present — a JSON string delimiter followed by
+ * ":" shows the first; those records take keyv's serialiser.
+ */
+const NEEDS_KEYV_CODEC = /[:,[]":|"type":"Buffer","data":\[/;
+
+export function serializeKeyv(value: unknown): string {
+  const fast = JSON.stringify({ value });
+  if (typeof fast !== "string") throw new Error("store write failed: value cannot be serialised");
+  return NEEDS_KEYV_CODEC.test(fast) ? JSON.stringify({ value }, keyvReplacer) : fast;
+}
+
+/** Inverse of serializeKeyv (and of keyv's serialiser): un-escapes "::…" and revives ":base64:…". */
+export function deserializeKeyv(raw: string): { value?: unknown; expires?: number | null } {
+  return (NEEDS_KEYV_CODEC.test(raw) ? JSON.parse(raw, keyvReviver) : JSON.parse(raw)) as { value?: unknown; expires?: number | null };
+}
+
+/** @keyv/serialize's encoding of string values and Buffers (keys are left as they are). */
+function keyvReplacer(this: Record<string, unknown>, key: string, value: unknown): unknown {
+  const original = this[key];
+  if (Buffer.isBuffer(original)) return `:base64:${original.toString("base64")}`;
+  return typeof value === "string" && value.startsWith(":") ? `:${value}` : value;
+}
+
+function keyvReviver(_key: string, value: unknown): unknown {
+  if (typeof value !== "string") return value;
+  if (value.startsWith(":base64:")) return Buffer.from(value.slice(8), "base64");
+  return value.startsWith(":") ? value.slice(1) : value;
+}
+
 function parseKeyvValue(raw: string): unknown {
   try {
-    const data = JSON.parse(raw) as { value?: unknown; expires?: number | null };
+    const data = deserializeKeyv(raw);
     if (data.expires && data.expires < Date.now()) return undefined;
     return data.value;
   } catch {

@@ -21,5 +21,14 @@ export interface AgentTool {
   execute(args: unknown, ctx: ToolContext): Promise<unknown>;
 }
 
+/** The session a run's tool set is built for. */
+export interface ToolScope {
+  sessionKey: string;
+  agentId: string;
+}
+
 /** The tools a run in `sessionKey` may use. */
-export type ToolSource = (scope: { sessionKey: string; agentId: string }) => AgentTool[];
+export type ToolSource = (scope: ToolScope) => AgentTool[];
+
+/** Drops tools across every source for a scope (sub-agent restrictions, R34). */
+export type ToolFilter = (scope: ToolScope, tool: AgentTool) => boolean;

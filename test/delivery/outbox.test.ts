@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import pino from "pino";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { PlatformError, type OutboundTarget } from "../../src/channels/types.js";
 import { Outbox, type OutboxRecord } from "../../src/delivery/outbox.js";
 import type { SendPolicyConfig } from "../../src/policy/send-policy.js";
@@ -42,6 +42,19 @@ async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapt
   cleanups.push(() => outbox.stop());
   return { outbox, adapter, sessions, transcripts, kv, stateDir };
 }
+
+/** A record left in the store by a previous process, then a fresh outbox that resumes it. */
+async function resumeAfterRestart(record: OutboxRecord, adapter = new RecordingAdapter("telegram", "default", 50)) {
+  const first = await setup();
+  await first.kv.space<OutboxRecord>("outbox").set(record.id, record);
+  const second = await setup({ stateDir: first.stateDir, adapter });
+  await vi.waitFor(() => expect(second.outbox.get(record.id)?.state).toBe("sent"));
+  return { adapter, outbox: second.outbox };
+}
+
+const interrupted = (id: string, chunks: string[], attempted: number): OutboxRecord => ({
+  id, target, kind: "reply", text: chunks.join("\n"), chunks, state: "sending", next: attempted, attempted, messageIds: ["1"], attempts: 2, createdAt: Date.now(), updatedAt: Date.now(),
+});
 
 describe("outbox — the one outbound gate", () => {
   it("R30 D2 a session override deny suppresses delivery and records it in the transcript", async () => {
@@ -108,63 +121,22 @@ describe("outbox — the one outbound gate", () => {
   });
 
   it("after a crash mid-send the attempted chunk is reconciled, not re-sent, and the rest continue", async () => {
-    const first = await setup();
-    const record: OutboxRecord = {
-      id: "crashy",
-      target,
-      kind: "reply",
-      text: "a\nb",
-      chunks: ["part one", "part two", "part three"],
-      state: "sending",
-      next: 1,
-      attempted: 1,
-      messageIds: ["1"],
-      attempts: 2,
-      createdAt: Date.now(),
-      updatedAt: Date.now(),
-    };
-    await first.kv.space<OutboxRecord>("outbox").set("crashy", record);
-    const adapter = new RecordingAdapter("telegram", "default", 50);
-    const second = await setup({ stateDir: first.stateDir, adapter });
-    await new Promise<void>((resolve) => {
-      const check = () => (second.outbox.get("crashy")?.state === "sent" ? resolve() : setTimeout(check, 5));
-      check();
-    });
+    const { adapter, outbox } = await resumeAfterRestart(interrupted("crashy", ["part one", "part two", "part three"], 1));
     expect(adapter.sent.map((m) => m.text)).toEqual(["part three"]);
-    expect(second.outbox.get("crashy")?.unknownChunks).toEqual([1]);
+    expect(outbox.get("crashy")?.unknownChunks).toEqual([1]);
   });
 
   it("on a platform that dedupes by idempotency key (Discord nonces) the interrupted chunk is repeated under the same key", async () => {
-    const first = await setup();
-    const record: OutboxRecord = { id: "nonce", target, kind: "reply", text: "x", chunks: ["one", "two"], state: "sending", next: 1, attempted: 1, messageIds: ["1"], attempts: 2, createdAt: Date.now(), updatedAt: Date.now() };
-    await first.kv.space<OutboxRecord>("outbox").set("nonce", record);
     const adapter = Object.assign(new RecordingAdapter("telegram", "default", 50), { idempotentSends: true });
-    const keys: string[] = [];
-    const send = adapter.send.bind(adapter);
-    adapter.send = async (t, text, opts) => {
-      keys.push(opts?.idempotencyKey ?? "");
-      return send(t, text);
-    };
-    const second = await setup({ stateDir: first.stateDir, adapter });
-    await new Promise<void>((resolve) => {
-      const check = () => (second.outbox.get("nonce")?.state === "sent" ? resolve() : setTimeout(check, 5));
-      check();
-    });
+    const { outbox } = await resumeAfterRestart(interrupted("nonce", ["one", "two"], 1), adapter);
     expect(adapter.sent.map((m) => m.text)).toEqual(["two"]);
-    expect(keys).toEqual(["nonce#1"]);
-    expect(second.outbox.get("nonce")?.unknownChunks).toBeUndefined();
+    expect(adapter.idempotencyKeys).toEqual(["nonce#1"]);
+    expect(outbox.get("nonce")?.unknownChunks).toBeUndefined();
   });
 
   it("a queued message survives a restart and is delivered after it", async () => {
-    const first = await setup();
     const queued: OutboxRecord = { id: "q", target, kind: "reply", text: "still here", state: "queued", next: 0, messageIds: [], attempts: 0, createdAt: Date.now(), updatedAt: Date.now() };
-    await first.kv.space<OutboxRecord>("outbox").set("q", queued);
-    const adapter = new RecordingAdapter("telegram", "default", 50);
-    const second = await setup({ stateDir: first.stateDir, adapter });
-    await new Promise<void>((resolve) => {
-      const check = () => (second.outbox.get("q")?.state === "sent" ? resolve() : setTimeout(check, 5));
-      check();
-    });
+    const { adapter } = await resumeAfterRestart(queued);
     expect(adapter.textsTo("-100")).toEqual(["still here"]);
   });
 });

@@ -2,7 +2,7 @@
  * A recording ChannelAdapter: the edge seen by the core tests (outbox, router, policy). Platform
  * SDKs are exercised against their own wire fakes in test/adapters and test/contract.
  */
-import type { ChannelAdapter, ChannelId, OutboundTarget, RateLimit, SendReceipt } from "../../src/channels/types.js";
+import type { ChannelAdapter, ChannelId, OutboundTarget, RateLimit, SendOptions, SendReceipt } from "../../src/channels/types.js";
 import { PlatformError } from "../../src/channels/types.js";
 
 export interface SentMessage {
@@ -14,6 +14,8 @@ export interface SentMessage {
 export class RecordingAdapter implements ChannelAdapter {
   readonly sent: SentMessage[] = [];
   readonly typingCalls: OutboundTarget[] = [];
+  /** The idempotency key of every send attempt, in order. */
+  readonly idempotencyKeys: string[] = [];
   /** Errors to throw from the next send calls, in order. */
   failures: PlatformError[] = [];
   /** Called before a send resolves (e.g. to kill a process mid-send). */
@@ -30,7 +32,8 @@ export class RecordingAdapter implements ChannelAdapter {
   async start(): Promise<void> {}
   async stop(): Promise<void> {}
 
-  async send(target: OutboundTarget, text: string): Promise<SendReceipt> {
+  async send(target: OutboundTarget, text: string, opts?: SendOptions): Promise<SendReceipt> {
+    this.idempotencyKeys.push(opts?.idempotencyKey ?? "");
     const failure = this.failures.shift();
     if (failure) throw failure;
     await this.beforeResolve?.(target, text);

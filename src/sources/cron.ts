@@ -1,0 +1,76 @@
+/**
+ * cron.jobs (R3, R25): each enabled job runs its message in the `cron:<job.id>` session on its
+ * schedule (croner syntax, seconds optional). The message is system input (provenance
+ * internal_system); the reply is recorded in the transcript and delivered only when the session
+ * has a chat route — through the outbox, like every other message.
+ */
+import { randomUUID } from "node:crypto";
+import { Cron } from "croner";
+import type pino from "pino";
+import type { App } from "../app.js";
+import type { RunOutcome } from "../agents/runtime.js";
+import type { Config } from "../config/schema.js";
+import { replyText } from "../inbound/router.js";
+import { cronSessionKey, normalizeAgentId } from "../sessions/keys.js";
+import { deliveryContextOf, outboundTargetOf } from "../tools/delivery-route.js";
+
+export type CronJob = Config["cron"]["jobs"][number];
+
+export class CronScheduler {
+  private readonly timers: Cron[] = [];
+
+  constructor(
+    private readonly app: App,
+    private readonly log: pino.Logger,
+  ) {}
+
+  /** Schedule every enabled job; a job with a bad schedule or agent is logged and skipped. */
+  start(): void {
+    const agents = new Set(this.app.config.agents.list.map((a) => normalizeAgentId(a.id)));
+    for (const job of this.app.config.cron.jobs) {
+      if (!job.enabled) continue;
+      const log = this.log.child({ cronJob: job.id });
+      if (job.agentId && !agents.has(normalizeAgentId(job.agentId))) {
+        log.error({ agentId: job.agentId }, "cron job skipped: unknown agent id");
+        continue;
+      }
+      try {
+        const timer = new Cron(job.schedule, { name: `cron:${job.id}`, timezone: job.timezone, protect: true, unref: true }, () => {
+          this.fire(job).catch((err: unknown) => log.error({ err: (err as Error).message }, "cron job run failed to start"));
+        });
+        this.timers.push(timer);
+        log.info({ schedule: job.schedule, next: timer.nextRun()?.toISOString() }, "cron job scheduled");
+      } catch (err) {
+        log.error({ schedule: job.schedule, err: (err as Error).message }, "cron job skipped: invalid schedule");
+      }
+    }
+  }
+
+  stop(): void {
+    for (const timer of this.timers.splice(0)) timer.stop();
+  }
+
+  /** Run a job now (also what the schedule calls); resolves once the run is queued. */
+  async fire(job: CronJob): Promise<{ runId: string; sessionKey: string; done: Promise<RunOutcome> }> {
+    const { app } = this;
+    const sessionKey = cronSessionKey(job.id);
+    const agentId = normalizeAgentId(job.agentId ?? app.defaultAgentId);
+    const entry = app.sessions.get(sessionKey) ?? (await app.sessions.upsert(sessionKey, agentId));
+    const route = deliveryContextOf(entry);
+    const runId = `cron-${job.id}-${randomUUID()}`;
+    const { done } = app.runtime.start({
+      sessionKey,
+      agentId: entry.agentId,
+      message: job.message,
+      runId,
+      provenance: { kind: "internal_system" },
+      ...(route ? { origin: route } : {}),
+    });
+    const delivered = done.then(async (outcome) => {
+      const text = replyText(outcome);
+      if (route && text) await app.outbox.enqueue({ id: `cron:${runId}`, sessionKey, target: outboundTargetOf(route), text, kind: "reply" });
+      return outcome;
+    });
+    return { runId, sessionKey, done: delivered };
+  }
+}

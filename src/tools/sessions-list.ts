@@ -1,0 +1,54 @@
+/**
+ * sessions_list (R6–R9): rows of the sessions the requester may see, newest first. The limit is
+ * applied after every filter (kinds, visibility, agent-to-agent), so asking for 5 rows of a kind
+ * gives 5 rows when 5 exist.
+ */
+import type { App } from "../app.js";
+import type { SessionKind } from "../sessions/keys.js";
+import { toSessionRow, type SessionRow } from "../sessions/rows.js";
+import { parseArgs, SessionsListParams, toolParameters } from "./schemas.js";
+import type { AgentTool } from "./types.js";
+import { visibilityOf, type SessionView } from "./visibility.js";
+
+export const LIST_LIMIT_MAX = 200;
+export const MESSAGE_LIMIT_MAX = 20;
+
+export type SessionsListResult = { count: number; sessions: SessionRow[] } | { status: "error"; error: string };
+
+export function createSessionsListTool(app: App, view: SessionView): AgentTool {
+  return {
+    name: "sessions_list",
+    description: "List sessions (chats, groups, cron jobs, hooks, nodes, sub-agents) as rows, newest first. Optionally include each session's last messages.",
+    parameters: toolParameters(SessionsListParams),
+    async execute(args): Promise<SessionsListResult> {
+      const parsed = parseArgs(SessionsListParams, args);
+      if (!parsed.ok) return { status: "error", error: parsed.error };
+      const p = parsed.value;
+      const limit = Math.min(Math.floor(p.limit ?? LIST_LIMIT_MAX), LIST_LIMIT_MAX);
+      const messageLimit = Math.min(Math.floor(p.messageLimit ?? 0), MESSAGE_LIMIT_MAX);
+      const entries = app.sessions.list({
+        limit,
+        activeMinutes: p.activeMinutes,
+        kinds: p.kinds?.length ? (p.kinds as SessionKind[]) : undefined,
+        // R6: `global` is listed (as "main") only when it is the main bucket; `unknown` never.
+        includeGlobal: app.config.session.scope === "global",
+        includeUnknown: false,
+        where: (entry) => visibilityOf(view, entry).visible,
+      });
+      const sessions = await Promise.all(
+        entries.map(async (entry) => {
+          const row = toSessionRow(entry, app.sessions.transcriptPath(entry), app.models.defaultRef(entry.agentId));
+          if (messageLimit > 0) row.messages = await lastMessages(app, row.transcriptPath, messageLimit);
+          return row;
+        }),
+      );
+      return { count: sessions.length, sessions };
+    },
+  };
+}
+
+/** The last N messages without tool results (R8); reads a few more so stripping leaves N. */
+async function lastMessages(app: App, file: string, n: number): Promise<unknown[]> {
+  const messages = await app.transcripts.readMessages(file, n * 4);
+  return messages.filter((m) => m.role !== "toolResult").slice(-n);
+}

@@ -1,0 +1,80 @@
+/**
+ * The daemon as a child process (`node src/bin.js start --config <file>`), the way operators run
+ * it: used by the crash-safety tests (SIGKILL/restart) and by the benchmarks (cold start, memory).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
+
+export interface DaemonProcess {
+  child: ChildProcess;
+  pid: number;
+  /** Resolves once the "switchboard listening" log line appeared: the gateway port and ms since spawn. */
+  listening: Promise<{ port: number; ms: number }>;
+  /** Resolves with the exit code (null when killed by a signal) and the signal. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Everything the process wrote to stdout and stderr so far. */
+  output(): string;
+  /** Resident set size in bytes (Linux /proc), or undefined once gone. */
+  rssBytes(): number | undefined;
+  kill(signal?: NodeJS.Signals): void;
+}
+
+/** Writes a JSON config (JSON is valid JSON5) and returns its path. */
+export function writeConfig(dir: string, config: unknown, name = "config.json5"): string {
+  const file = path.join(dir, name);
+  writeFileSync(file, JSON.stringify(config, null, 2));
+  return file;
+}
+
+export function spawnDaemon(configFile: string, opts: { env?: NodeJS.ProcessEnv; execArgv?: string[] } = {}): DaemonProcess {
+  const t0 = performance.now();
+  const child = spawn(process.execPath, [...(opts.execArgv ?? []), "src/bin.js", "start", "--config", configFile], {
+    cwd: REPO_ROOT,
+    env: { ...process.env, NODE_ENV: "production", ...opts.env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  const listening = new Promise<{ port: number; ms: number }>((resolve, reject) => {
+    let done = false;
+    const onData = (d: Buffer) => {
+      out += d.toString();
+      if (done) return;
+      const line = out.split("\n").find((l) => l.includes("switchboard listening"));
+      if (!line) return;
+      const m = /:\/\/[^"\s]*:(\d+)\//.exec(line);
+      if (!m) return;
+      done = true;
+      resolve({ port: Number(m[1]), ms: performance.now() - t0 });
+    };
+    child.stdout?.on("data", onData);
+    child.stderr?.on("data", onData);
+    void exited.then(({ code, signal }) => {
+      if (!done) reject(new Error(`daemon exited before listening (code ${code}, signal ${signal}):\n${out}`));
+    });
+  });
+  // A caller that only awaits `exited` must not see an unhandled rejection.
+  listening.catch(() => undefined);
+  return {
+    child,
+    pid: child.pid as number,
+    listening,
+    exited,
+    output: () => out,
+    rssBytes() {
+      try {
+        const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"));
+        return m ? Number(m[1]) * 1024 : undefined;
+      } catch {
+        return undefined;
+      }
+    },
+    kill(signal: NodeJS.Signals = "SIGTERM") {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    },
+  };
+}

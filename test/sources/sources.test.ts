@@ -1,0 +1,146 @@
+/**
+ * The internal session sources end to end: cron jobs (R3), the hooks webhook (R4) and gateway
+ * nodes (R5) — each lands in its own session kind and lists with channel "internal" (R25).
+ */
+import { randomUUID } from "node:crypto";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { GatewayCallError } from "../../src/gateway/client.js";
+import { startHarness, type Harness } from "../helpers/harness.js";
+import { RecordingAdapter } from "../helpers/recording-adapter.js";
+import { callViaGateway, features, messagesOf, settle, toolDriver } from "../helpers/tool-driver.js";
+
+let h: Harness | undefined;
+afterEach(async () => {
+  await h?.stop();
+  h = undefined;
+});
+
+async function row(key: string) {
+  const admin = await h!.client();
+  const { sessions } = await admin.request("sessions.list", {});
+  return sessions.find((r: any) => r.key === key);
+}
+
+describe("cron", () => {
+  it("R3 R25 a job runs on its schedule in cron:<job.id> as internal_system input; lists as kind cron, channel internal; the reply is only recorded", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({
+      store: "memory",
+      adapters: [telegram],
+      responder: toolDriver(),
+      config: {
+        cron: {
+          jobs: [
+            { id: "tick", schedule: "* * * * * *", message: "cron says hi" },
+            { id: "off", schedule: "* * * * * *", message: "never", enabled: false },
+            { id: "broken", schedule: "not a schedule", message: "never" },
+          ],
+        },
+      },
+    });
+    await vi.waitFor(async () => expect((await messagesOf(h!.app, "cron:tick")).some((m) => m.role === "assistant")).toBe(true), { timeout: 3000 });
+    const [user, reply] = await messagesOf(h!.app, "cron:tick");
+    expect(user).toMatchObject({ role: "user", content: "cron says hi", provenance: { kind: "internal_system" } });
+    expect(reply).toMatchObject({ role: "assistant", content: [{ type: "text", text: "echo: cron says hi" }] });
+    expect(await row("cron:tick")).toMatchObject({ kind: "cron", channel: "internal" });
+    expect(h.app.sessions.get("cron:off")).toBeUndefined();
+    expect(h.app.sessions.get("cron:broken")).toBeUndefined();
+    expect(telegram.sent).toEqual([]);
+    expect(await callViaGateway(h, "main", "sessions_list", { kinds: ["cron"] })).toMatchObject({ sessions: [{ key: "cron:tick", kind: "cron", channel: "internal" }] });
+  });
+
+  it("R3 a cron session with a chat route gets its reply delivered through the outbox", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ store: "memory", adapters: [telegram], responder: toolDriver(), config: { cron: { jobs: [{ id: "report", schedule: "0 0 1 1 *", message: "weekly report" }] } } });
+    await h.app.sessions.upsert("cron:report", "main", { deliveryContext: { channel: "telegram", to: "777", accountId: "default" } });
+    const job = h.app.config.cron.jobs[0];
+    const { done, sessionKey } = await features(h).cron.fire(job);
+    expect(sessionKey).toBe("cron:report");
+    await done;
+    await vi.waitFor(() => expect(telegram.textsTo("777")).toEqual(["echo: weekly report"]));
+  });
+});
+
+describe("hooks: POST /hooks/agent", () => {
+  const TOKEN = "hook-secret-0123456789";
+  const post = (body: unknown, headers: Record<string, string> = { authorization: `Bearer ${TOKEN}` }) =>
+    fetch(`${h!.url.replace("ws://", "http://")}hooks/agent`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: typeof body === "string" ? body : JSON.stringify(body) });
+
+  it("R4 R25 an authenticated hook starts a run in hook:<uuid> and answers 202 {runId, sessionKey}; the session lists as kind hook, channel internal", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
+    const res = await post({ message: "deploy finished" });
+    expect(res.status).toBe(202);
+    const body = (await res.json()) as { runId: string; sessionKey: string };
+    expect(body).toEqual({ runId: expect.any(String), sessionKey: expect.stringMatching(/^hook:[0-9a-f-]{36}$/) });
+    await h.app.runtime.wait(body.runId, 5000);
+    expect(h.app.runtime.get(body.runId)).toMatchObject({ status: "ok", reply: "echo: deploy finished", sessionKey: body.sessionKey });
+    expect(await row(body.sessionKey)).toMatchObject({ kind: "hook", channel: "internal" });
+  });
+
+  it("R4 x-switchboard-token works too; an explicit sessionKey is used; wait: true answers with the reply", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
+    const res = await post({ message: "ping", sessionKey: "hook:ci", wait: true }, { "x-switchboard-token": TOKEN });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ runId: expect.any(String), sessionKey: "hook:ci", status: "ok", reply: "echo: ping" });
+    expect(await row("hook:ci")).toMatchObject({ kind: "hook", channel: "internal" });
+  });
+
+  it("deliver: true with channel and to sends the reply through the outbox", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ store: "memory", adapters: [telegram], responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
+    const res = await post({ message: "alert", deliver: true, channel: "telegram", to: "4242" });
+    expect(res.status).toBe(202);
+    await vi.waitFor(() => expect(telegram.textsTo("4242")).toEqual(["echo: alert"]));
+  });
+
+  it("401 for a missing or wrong token; 400 naming the problem for a bad body", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
+    expect((await post({ message: "x" }, {})).status).toBe(401);
+    expect((await post({ message: "x" }, { authorization: "Bearer wrong-token" })).status).toBe(401);
+    expect((await post({ message: "x" }, { "x-switchboard-token": `${TOKEN}x` })).status).toBe(401);
+    const cases: Array<[unknown, RegExp]> = [
+      ["{not json", /^invalid JSON body/],
+      [{}, /message: message required/],
+      [{ message: "   " }, /message: message required/],
+      [{ message: "x", extra: 1 }, /unknown field\(s\) "extra"/],
+      [{ message: "x", agentId: "ghost" }, /unknown agent id "ghost"/],
+      [{ message: "x", channel: "telegram" }, /to is required with channel/],
+      [{ message: "x", deliver: true }, /deliver needs channel and to/],
+      [{ message: "x", channel: "fax", to: "1" }, /channel/],
+    ];
+    for (const [body, message] of cases) {
+      const res = await post(body);
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      expect(((await res.json()) as { error: string }).error).toMatch(message);
+    }
+    expect(h.model.requests).toHaveLength(0);
+  });
+
+  it("404 when hooks are disabled", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver() });
+    const res = await post({ message: "x" });
+    expect(res.status).toBe(404);
+    expect(((await res.json()) as { error: string }).error).toMatch(/hooks are disabled/);
+  });
+});
+
+describe("nodes", () => {
+  it("R5 R25 a node client's messages land in node-<nodeId> (kind node, channel internal) and it gets the reply", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver() });
+    const node = await h.client({ role: "node", nodeId: "Kitchen-Pi" });
+    const idempotencyKey = randomUUID();
+    const reply = await node.request("node.event", { message: "temperature is 21C", idempotencyKey }, { expectFinal: true });
+    expect(reply).toEqual({ runId: idempotencyKey, status: "ok", reply: "echo: temperature is 21C" });
+    expect(await row("node-kitchen-pi")).toMatchObject({ kind: "node", channel: "internal", displayName: "node Kitchen-Pi" });
+    const [user] = await messagesOf(h.app, "node-kitchen-pi");
+    expect(user).toMatchObject({ role: "user", content: "temperature is 21C", sender: { id: "Kitchen-Pi", channel: "node" } });
+
+    const again = await node.request("node.event", { message: "temperature is 21C", idempotencyKey }, { expectFinal: true });
+    expect(again).toEqual(reply);
+    expect(h.model.requests).toHaveLength(1);
+    await expect(node.request("sessions.list", {})).rejects.toMatchObject({ code: "FORBIDDEN" } satisfies Partial<GatewayCallError>);
+    const operator = await h.client();
+    await expect(operator.request("node.event", { message: "x", idempotencyKey: randomUUID() })).rejects.toMatchObject({ code: "FORBIDDEN" });
+    await settle(h);
+  });
+});

@@ -1,0 +1,269 @@
+/**
+ * sessions_spawn and the sub-agent announce end to end (R31–R41, /stop): spawned from a Telegram
+ * group, the child runs in its own session; its announce lands in that group through the outbox.
+ */
+import { existsSync, readdirSync } from "node:fs";
+import path from "node:path";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import type { ConfigInput } from "../../src/config/schema.js";
+import type { AgentTool } from "../../src/tools/types.js";
+import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
+import { inbound, startHarness, type Harness } from "../helpers/harness.js";
+import { RecordingAdapter } from "../helpers/recording-adapter.js";
+import { call, callViaGateway, callViaTelegram, features, lastToolResult, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
+
+const GROUP_PEER = "-100777";
+const REQ = `agent:main:telegram:group:${GROUP_PEER}`;
+const OWNER = "1001";
+
+let h: Harness | undefined;
+let telegram: RecordingAdapter;
+let script: ((req: ModelRequest, step: Step) => ModelReply | undefined) | undefined;
+
+afterEach(async () => {
+  await h?.stop();
+  h = undefined;
+  script = undefined;
+});
+
+/** A plain tool from another source: sub-agents keep it (R34). */
+const echoTool: AgentTool = {
+  name: "echo_tool",
+  description: "Echo the text back.",
+  parameters: { type: "object", properties: { text: { type: "string" } } },
+  async execute(args) {
+    return { echoed: (args as { text?: string }).text ?? "" };
+  },
+};
+
+const AGENTS = {
+  list: [
+    { id: "main", default: true, name: "Main", subagents: { allowAgents: ["beta"] } },
+    { id: "beta", name: "Beta" },
+    { id: "gamma" },
+    { id: "delta", subagents: { allowAgents: ["*"] } },
+  ],
+};
+
+async function boot(config: ConfigInput = {}): Promise<Harness> {
+  telegram = new RecordingAdapter("telegram");
+  h = await startHarness({
+    store: "memory",
+    config: { agents: AGENTS, commands: { owners: [`telegram:${OWNER}`] }, ...config },
+    adapters: [telegram],
+    plugins: [(d) => d.app.addTools([echoTool])],
+    responder: toolDriver((req, step) => script?.(req, step)),
+  });
+  return h;
+}
+
+async function spawn(args: Record<string, unknown>, chat: { threadId?: string } = {}) {
+  return (await callViaTelegram(h!, { peerId: GROUP_PEER, ...chat }, "sessions_spawn", args)).result;
+}
+
+const announcesIn = (to: string) => telegram.textsTo(to).filter((t) => t.startsWith("Status:"));
+const requestsOf = (step: Step) => h!.model.requests.filter((r) => stepOf(r) === step);
+
+describe("sessions_spawn", () => {
+  it("R33 R36 returns {status: accepted, runId, childSessionKey} at once; agent:<id>:subagent:<uuid>, spawnedBy recorded, lane subagent, Subagent context", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent" ? { delayMs: 300, content: "child result" } : step === "subagent-announce" ? { content: "Result: child result" } : undefined);
+    const result = await spawn({ task: "count the files", label: "counter" });
+    expect(result).toEqual({ status: "accepted", runId: expect.any(String), childSessionKey: expect.stringMatching(/^agent:main:subagent:[0-9a-f-]{36}$/) });
+    const returnedAt = (await messagesOf(h!.app, REQ)).filter((m) => m.role === "toolResult").at(-1)!.timestamp;
+    await vi.waitFor(() => expect(h!.app.runtime.get(result.runId)?.status).toBe("ok"));
+    expect(h!.app.runtime.get(result.runId)).toMatchObject({ sessionKey: result.childSessionKey, lane: "subagent" });
+    expect(h!.app.runtime.get(result.runId)!.endedAt!).toBeGreaterThan(returnedAt);
+    expect(h!.app.sessions.get(result.childSessionKey)).toMatchObject({ spawnedBy: REQ, label: "counter", agentId: "main" });
+    const [child] = requestsOf("subagent");
+    expect(sessionOf(child)).toBe(result.childSessionKey);
+    expect(systemOf(child)).toContain(`\n\nSubagent context:\n`);
+    expect(systemOf(child)).toContain("Task: count the files");
+    const task = (await messagesOf(h!.app, result.childSessionKey))[0];
+    expect(task).toMatchObject({ role: "user", content: "count the files", provenance: { kind: "inter_session", sourceSessionKey: REQ, sourceTool: "sessions_spawn" } });
+    await settle(h!);
+    // deliver: false — the child's own reply is never sent; only the announce is.
+    expect(telegram.sent.map((m) => m.text)).not.toContain("child result");
+  });
+
+  it("R34 R35 sub-agents get every tool but the session tools, and cannot spawn", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    const result = await spawn({ task: call("sessions_spawn", { task: "nested" }) });
+    await settle(h!);
+    const [child] = requestsOf("subagent");
+    expect(child.tools?.map((t: any) => t.function.name)).toEqual(["echo_tool"]);
+    const requesterTools = h!.model.requests.find((r) => sessionOf(r) === REQ)?.tools?.map((t: any) => t.function.name);
+    expect(requesterTools).toEqual(expect.arrayContaining(["echo_tool", "sessions_list", "sessions_history", "sessions_send", "sessions_spawn", "agents_list"]));
+    expect(await lastToolResult(h!.app, result.childSessionKey)).toEqual({ status: "error", error: "unknown tool: sessions_spawn" });
+    // The tool's own hard check, whatever the tool set: a sub-agent requester is refused.
+    const spawnTool = h!.app.toolsFor({ sessionKey: REQ, agentId: "main" }).find((t) => t.name === "sessions_spawn")!;
+    const forbidden = await spawnTool.execute({ task: "nested" }, { sessionKey: result.childSessionKey, agentId: "main", runId: "r", signal: new AbortController().signal });
+    expect(forbidden).toEqual({ status: "forbidden", error: "sessions_spawn is not allowed from sub-agent sessions" });
+    expect(h!.app.sessions.list({ where: (e) => e.spawnedBy === result.childSessionKey })).toEqual([]);
+  });
+
+  it("R34 tools.subagents.tools: allow admits a session tool (never sessions_spawn); deny removes any tool", async () => {
+    await boot({ tools: { subagents: { tools: { allow: ["sessions_list", "sessions_spawn", "echo_tool"], deny: ["echo_tool"] } } } });
+    const names = h!.app.toolsFor({ sessionKey: "agent:main:subagent:0000", agentId: "main" }).map((t) => t.name);
+    expect(names).toEqual(["sessions_list"]);
+  });
+
+  it("R31 agentId needs the requester's allowAgents (default: only itself); [\"*\"] allows any", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    const beta = await spawn({ task: "t", agentId: "Beta" });
+    expect(beta).toMatchObject({ status: "accepted", childSessionKey: expect.stringMatching(/^agent:beta:subagent:/) });
+    expect(await spawn({ task: "t", agentId: "gamma" })).toEqual({ status: "forbidden", error: "agentId is not allowed for sessions_spawn (allowed: beta)" });
+    expect(await callViaGateway(h!, "agent:gamma:main", "sessions_spawn", { task: "t", agentId: "main" })).toEqual({ status: "forbidden", error: "agentId is not allowed for sessions_spawn (allowed: none)" });
+    expect(await callViaGateway(h!, "agent:gamma:main", "sessions_spawn", { task: "t" })).toMatchObject({ status: "accepted", childSessionKey: expect.stringMatching(/^agent:gamma:subagent:/) });
+    expect(await callViaGateway(h!, "agent:delta:main", "sessions_spawn", { task: "t", agentId: "gamma" })).toMatchObject({ status: "accepted", childSessionKey: expect.stringMatching(/^agent:gamma:subagent:/) });
+    await settle(h!);
+  });
+
+  it("R32 agents_list names the allowed agent ids, requester first", async () => {
+    await boot();
+    expect(await callViaGateway(h!, "main", "agents_list")).toEqual({
+      requester: "main",
+      allowAny: false,
+      agents: [
+        { id: "main", name: "Main", configured: true },
+        { id: "beta", name: "Beta", configured: true },
+      ],
+    });
+    const any = await callViaGateway(h!, "agent:delta:main", "agents_list");
+    expect(any).toMatchObject({ requester: "delta", allowAny: true });
+    expect(any.agents.map((a: any) => a.id)).toEqual(["delta", "beta", "gamma", "main"]);
+  });
+
+  it("model override: a valid model is used for the child; an invalid one is an error result", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    expect(await spawn({ task: "t", model: "fake/nope" })).toEqual({ status: "error", error: 'invalid model "fake/nope": provider "fake" lists m' });
+    const ok = await spawn({ task: "t", model: "fake/m" });
+    expect(ok).toMatchObject({ status: "accepted", model: "fake/m" });
+    await settle(h!);
+    expect(h!.app.sessions.get(ok.childSessionKey)).toMatchObject({ model: "fake/m" });
+  });
+});
+
+describe("sub-agent announce", () => {
+  it("R37 R39 R41 the announce lands in the requester's chat (thread included): Status from the outcome, Result, Notes, stats line", async () => {
+    await boot();
+    script = (_req, step) =>
+      step === "subagent" ? { content: "42 files", usage: { prompt_tokens: 1000, completion_tokens: 234 } } : step === "subagent-announce" ? { content: "Status: failed (I think)\nResult: There are 42 files.\nNotes: none" } : undefined;
+    const result = await spawn({ task: "count the files" }, { threadId: "9" });
+    await settle(h!);
+    const announces = telegram.sent.filter((m) => m.text.startsWith("Status:"));
+    expect(announces).toHaveLength(1);
+    expect(announces[0].target).toEqual({ channel: "telegram", accountId: "default", to: GROUP_PEER, threadId: "9" });
+    const child = h!.app.sessions.require(result.childSessionKey);
+    const lines = announces[0].text.split("\n");
+    expect(lines.slice(0, 3)).toEqual(["Status: ok", "Result: There are 42 files.", "Notes: none"]);
+    expect(lines[3]).toMatch(/^Stats: runtime \d+ms • tokens 1\.2k \(in 1k \/ out 234\) • est \$0\.0015 • sessionKey agent:main:subagent:[0-9a-f-]+ • sessionId \S+ • transcript \S+$/);
+    expect(lines[3]).toContain(`sessionKey ${result.childSessionKey} • sessionId ${child.sessionId} • transcript ${h!.app.sessions.transcriptPath(child)}`);
+    expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toMatchObject({ sessionKey: `${REQ}:topic:9`, kind: "announce", state: "sent" });
+    const [step] = requestsOf("subagent-announce");
+    expect(sessionOf(step)).toBe(result.childSessionKey);
+    expect(systemOf(step)).toContain("Subagent announce step:\nYour task run has ended: completed.");
+  });
+
+  it("R39 a failed run announces Status: error whatever the model says", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent" ? { status: 400, error: "model refused" } : step === "subagent-announce" ? { content: "Status: ok\nResult: all good\nNotes: nothing to add" } : undefined);
+    await spawn({ task: "fail please" });
+    await settle(h!);
+    const [text] = announcesIn(GROUP_PEER);
+    expect(text.split("\n").slice(0, 3)).toEqual(["Status: error", "Result: all good", expect.stringMatching(/^Notes: model call failed .*HTTP 400.*model refused; nothing to add$/)]);
+  });
+
+  it("R39 runTimeoutSeconds aborts the child: Status: timeout", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent" ? { delayMs: 3000, content: "too late" } : step === "subagent-announce" ? { content: "Result: I ran out of time." } : undefined);
+    const result = await spawn({ task: "slow", runTimeoutSeconds: 0.2 });
+    await settle(h!);
+    expect(h!.app.runtime.get(result.runId)?.status).toBe("timeout");
+    const [text] = announcesIn(GROUP_PEER);
+    expect(text.split("\n").slice(0, 3)).toEqual(["Status: timeout", "Result: I ran out of time.", expect.stringMatching(/^Notes: run timed out after/)]);
+  });
+
+  it("R38 replying exactly ANNOUNCE_SKIP stays silent", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: " ANNOUNCE_SKIP\n" } : undefined);
+    const result = await spawn({ task: "quiet work" });
+    await settle(h!);
+    expect(requestsOf("subagent-announce")).toHaveLength(1);
+    expect(announcesIn(GROUP_PEER)).toEqual([]);
+    expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toBeUndefined();
+  });
+
+  it("R37 D2 the requester session's send policy applies: a denied chat gets no announce", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent" ? { delayMs: 300, content: "secret" } : step === "subagent-announce" ? { content: "Result: secret" } : undefined);
+    const result = await spawn({ task: "t" });
+    const admin = await h!.client();
+    await admin.request("sessions.patch", { key: REQ, sendPolicy: "deny" });
+    await settle(h!);
+    expect(announcesIn(GROUP_PEER)).toEqual([]);
+    expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toMatchObject({ state: "suppressed", sessionKey: REQ });
+  });
+
+  it("cleanup delete removes the child session after the announce and renames its transcript", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: "Result: done" } : undefined);
+    const result = await spawn({ task: "t", cleanup: "delete" });
+    const child = await vi.waitFor(() => h!.app.sessions.require(result.childSessionKey));
+    const file = h!.app.sessions.transcriptPath(child);
+    await settle(h!);
+    expect(announcesIn(GROUP_PEER)).toHaveLength(1);
+    expect(h!.app.sessions.get(result.childSessionKey)).toBeUndefined();
+    expect(existsSync(file)).toBe(false);
+    expect(readdirSync(path.dirname(file)).some((f) => f.startsWith(`${path.basename(file)}.deleted.`))).toBe(true);
+    expect(features(h!).subagents.get(result.runId)).toBeUndefined();
+  });
+
+  it("R40 sessions are archived archiveAfterMinutes after the run ENDS (not after spawn), then hidden from lists", async () => {
+    await boot({ agents: { ...AGENTS, defaults: { subagents: { archiveAfterMinutes: 0.004 } } } }); // 240 ms
+    script = (_req, step) => (step === "subagent" ? { delayMs: 400, content: "done" } : step === "subagent-announce" ? { content: "Result: done" } : undefined);
+    const result = await spawn({ task: "t" });
+    await vi.waitFor(() => expect(h!.app.runtime.get(result.runId)?.status).toBe("ok"));
+    const endedAt = h!.app.runtime.get(result.runId)!.endedAt!;
+    // A spawn-time clock would have archived it while it was still running.
+    expect(h!.app.sessions.require(result.childSessionKey).archivedAt).toBeUndefined();
+    await vi.waitFor(() => expect(h!.app.sessions.require(result.childSessionKey).archivedAt).toBeDefined(), { timeout: 3000 });
+    expect(h!.app.sessions.require(result.childSessionKey).archivedAt!).toBeGreaterThanOrEqual(endedAt + 240);
+    const rows = await callViaGateway(h!, "main", "sessions_list");
+    expect(rows.sessions.map((r: any) => r.key)).not.toContain(result.childSessionKey);
+    const admin = await h!.client();
+    const listed = await admin.request("sessions.list", {});
+    expect(listed.sessions.map((r: any) => r.key)).not.toContain(result.childSessionKey);
+    expect(announcesIn(GROUP_PEER)).toHaveLength(1);
+  });
+
+  it("deleting a running child (sessions.delete) stops it; the announce still comes, without recreating the session", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent" ? { delayMs: 10_000, content: "never" } : step === "subagent-announce" ? { content: "Result: should not be asked" } : undefined);
+    const result = await spawn({ task: "long job" });
+    await vi.waitFor(() => expect(requestsOf("subagent")).toHaveLength(1));
+    const admin = await h!.client();
+    await admin.request("sessions.delete", { key: result.childSessionKey });
+    await settle(h!);
+    expect(requestsOf("subagent-announce")).toHaveLength(0);
+    expect(h!.app.sessions.get(result.childSessionKey)).toBeUndefined();
+    const [text] = announcesIn(GROUP_PEER);
+    expect(text.split("\n").slice(0, 3)).toEqual(["Status: timeout", "Result: (no output)", "Notes: run aborted: session deleted"]);
+  });
+
+  it("/stop in the requester chat aborts its run and the sub-agents it spawned", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent" ? { delayMs: 10_000, content: "never" } : step === "subagent-announce" ? { content: "Result: stopped early" } : undefined);
+    const result = await spawn({ task: "long job" });
+    await vi.waitFor(() => expect(requestsOf("subagent")).toHaveLength(1));
+    await h!.app.router.accept(inbound({ chatType: "group", peerId: GROUP_PEER, to: GROUP_PEER, senderId: OWNER, wasMentioned: true, text: "/stop" }));
+    await vi.waitFor(() => expect(telegram.textsTo(GROUP_PEER)).toContain("⚙️ Stopped 0 run(s) and 1 sub-agent run(s)."));
+    await settle(h!);
+    expect(h!.app.runtime.get(result.runId)).toMatchObject({ status: "timeout", error: expect.stringContaining("stopped by /stop") });
+    const [text] = announcesIn(GROUP_PEER);
+    expect(text.split("\n")[0]).toBe("Status: timeout");
+  });
+});

@@ -1,0 +1,271 @@
+/**
+ * sessions_send end to end (R13–R22): a requester Telegram group sends to a target Telegram
+ * group; the scripted model answers each step, recognised by its system prompt's first line;
+ * announces are observed at a recording Telegram adapter behind the real outbox.
+ */
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { PlatformError } from "../../src/channels/types.js";
+import type { ConfigInput } from "../../src/config/schema.js";
+import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
+import { inbound, startHarness, type Harness } from "../helpers/harness.js";
+import { RecordingAdapter } from "../helpers/recording-adapter.js";
+import { callViaGateway, callViaTelegram, countSteps, lastUserText, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
+
+const REQ = "agent:main:telegram:group:-100req";
+const TGT = "agent:main:telegram:group:-100tgt";
+
+let h: Harness | undefined;
+let telegram: RecordingAdapter;
+let discord: RecordingAdapter;
+let script: ((req: ModelRequest, step: Step) => ModelReply | undefined) | undefined;
+
+afterEach(async () => {
+  await h?.stop();
+  h = undefined;
+  script = undefined;
+});
+
+async function boot(config: ConfigInput = {}): Promise<Harness> {
+  telegram = new RecordingAdapter("telegram");
+  discord = new RecordingAdapter("discord");
+  h = await startHarness({ store: "memory", config, adapters: [telegram, discord], responder: toolDriver((req, step) => script?.(req, step)) });
+  for (const peer of ["-100req", "-100tgt"]) await h.app.router.accept(inbound({ chatType: "group", peerId: peer, to: peer, wasMentioned: true, text: `hi ${peer}` }));
+  await h.app.router.idle();
+  telegram.sent.length = 0;
+  return h;
+}
+
+async function send(args: Record<string, unknown>) {
+  const { result } = await callViaTelegram(h!, { peerId: "-100req" }, "sessions_send", args);
+  return result;
+}
+
+const stepRequests = (step: Step) => h!.model.requests.filter((r) => stepOf(r) === step && r.messages.at(-1)?.role !== "tool");
+
+describe("sessions_send: the primary run", () => {
+  it("R14 timeoutSeconds > 0 waits and returns {runId, status: ok, reply}", async () => {
+    await boot();
+    script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    const result = await send({ sessionKey: TGT, message: "hello target", timeoutSeconds: 5 });
+    expect(result).toEqual({ runId: expect.any(String), status: "ok", reply: "echo: hello target", sessionKey: TGT });
+    expect(h!.app.runtime.get(result.runId)).toMatchObject({ sessionKey: TGT, status: "ok", lane: "nested" });
+  });
+
+  it("R18 the wait is the server-side agent.wait: the same runId answers agent.wait from another connection", async () => {
+    await boot();
+    script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    const wait = vi.spyOn(h!.app.runtime, "wait");
+    const result = await send({ sessionKey: TGT, message: "hello", timeoutSeconds: 7 });
+    expect(wait).toHaveBeenCalledWith(result.runId, 7000);
+    const outside = await h!.client();
+    expect(await outside.request("agent.wait", { runId: result.runId, timeoutMs: 0 })).toMatchObject({ runId: result.runId, status: "ok" });
+  });
+
+  it("R19 R20 the target run gets the agent-to-agent context and an inter_session user message", async () => {
+    await boot();
+    script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    await send({ sessionKey: TGT, message: "status report please", timeoutSeconds: 5 });
+    const [primary] = stepRequests("a2a-message");
+    expect(sessionOf(primary)).toBe(TGT);
+    expect(systemOf(primary)).toContain(`\n\nAgent-to-agent message context:\nAgent 1 (requester) session: ${REQ}.\nAgent 1 (requester) channel: telegram.\nAgent 2 (target) session: ${TGT}.`);
+    expect(primary.messages.at(-1).content).toBe(`[Inter-session message] sourceSession=${REQ} sourceChannel=telegram sourceTool=sessions_send\nstatus report please`);
+    const user = (await messagesOf(h!.app, TGT)).filter((m) => m.role === "user").at(-1);
+    expect(user).toMatchObject({ role: "user", content: "status report please", provenance: { kind: "inter_session", sourceSessionKey: REQ, sourceChannel: "telegram", sourceTool: "sessions_send" } });
+  });
+
+  it("R13 timeoutSeconds = 0 returns {runId, status: accepted} at once; the run and the announce still happen", async () => {
+    await boot();
+    script = (_req, step) => (step === "a2a-message" ? { delayMs: 400, content: "slow answer" } : step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "Target says: slow answer" } : undefined);
+    const result = await send({ sessionKey: TGT, message: "no hurry", timeoutSeconds: 0 });
+    expect(result).toEqual({ runId: expect.any(String), status: "accepted", sessionKey: TGT });
+    const returnedAt = (await messagesOf(h!.app, REQ)).filter((m) => m.role === "toolResult").at(-1)!.timestamp;
+    await vi.waitFor(() => expect(h!.app.runtime.get(result.runId)?.status).toBe("ok"));
+    expect(h!.app.runtime.get(result.runId)!.endedAt!).toBeGreaterThan(returnedAt);
+    await settle(h!);
+    expect(telegram.textsTo("-100tgt")).toEqual(["Target says: slow answer"]);
+  });
+
+  it("R15 a wait that times out returns {status: timeout, error}; the run continues and completes; no loop or announce", async () => {
+    await boot();
+    script = (_req, step) => (step === "a2a-message" ? { delayMs: 500, content: "late but done" } : undefined);
+    const result = await send({ sessionKey: TGT, message: "quick?", timeoutSeconds: 0.1 });
+    expect(result).toMatchObject({ runId: expect.any(String), status: "timeout", sessionKey: TGT });
+    expect(result.error).toMatch(/no reply within 0.1 s; the run continues/);
+    await vi.waitFor(() => expect(h!.app.runtime.get(result.runId)?.status).toBe("ok"));
+    await settle(h!);
+    const last = (await messagesOf(h!.app, TGT)).at(-1);
+    expect(last).toMatchObject({ role: "assistant", content: [{ type: "text", text: "late but done" }] });
+    expect(countSteps(h!.model.requests, "a2a-reply")).toBe(0);
+    expect(countSteps(h!.model.requests, "a2a-announce")).toBe(0);
+    expect(telegram.textsTo("-100tgt")).toEqual([]);
+  });
+
+  it("R16 a failed run returns {status: error, error}; no loop or announce", async () => {
+    await boot();
+    script = (_req, step) => (step === "a2a-message" ? { status: 400, error: "context too long" } : undefined);
+    const result = await send({ sessionKey: TGT, message: "boom", timeoutSeconds: 5 });
+    expect(result).toMatchObject({ runId: expect.any(String), status: "error", sessionKey: TGT });
+    expect(result.error).toMatch(/HTTP 400.*context too long/);
+    await settle(h!);
+    expect(countSteps(h!.model.requests, "a2a-reply")).toBe(0);
+    expect(countSteps(h!.model.requests, "a2a-announce")).toBe(0);
+  });
+
+  it("sending to the caller's own session is an error (its run would wait for itself)", async () => {
+    await boot();
+    const result = await send({ sessionKey: REQ, message: "me?" });
+    expect(result).toMatchObject({ status: "error", sessionKey: REQ });
+    expect(result.error).toMatch(/cannot target the calling session/);
+    expect(countSteps(h!.model.requests, "a2a-message")).toBe(0);
+  });
+
+  it("R12 the target may be given by sessionId or label; unknown targets and bad params are clear errors", async () => {
+    await boot();
+    script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    const byId = await send({ sessionKey: h!.app.sessions.require(TGT).sessionId, message: "by id" });
+    expect(byId).toMatchObject({ status: "ok", sessionKey: TGT, reply: "echo: by id" });
+    const admin = await h!.client();
+    await admin.request("sessions.patch", { key: TGT, label: "target-room" });
+    expect(await send({ label: "target-room", message: "by label" })).toMatchObject({ status: "ok", sessionKey: TGT, reply: "echo: by label" });
+    expect(await send({ sessionKey: "agent:main:nope", message: "x" })).toMatchObject({ status: "error", error: "unknown session: agent:main:nope", runId: expect.any(String) });
+    expect(await send({ label: "nope", message: "x" })).toMatchObject({ status: "error", error: "No session found with label: nope" });
+    expect(await send({ sessionKey: TGT })).toMatchObject({ status: "error", error: "message required" });
+    expect(await send({ sessionKey: TGT, label: "target-room", message: "x" })).toMatchObject({ status: "error", error: "Provide either sessionKey or label (not both)." });
+  });
+});
+
+describe("sessions_send: reply-back loop and announce", () => {
+  it("R21 R22 the ping-pong alternates requester/target (turn 1 on the requester, fed the target's reply), bounded by the default 5 turns; the announce reaches the target chat through the outbox", async () => {
+    await boot();
+    let turn = 0;
+    script = (_req, step) => (step === "a2a-reply" ? { content: `pong-${++turn}` } : step === "a2a-announce" ? { content: "announce now" } : undefined);
+    const result = await send({ sessionKey: TGT, message: "hello target", timeoutSeconds: 5 });
+    await settle(h!);
+    const replies = stepRequests("a2a-reply");
+    expect(replies).toHaveLength(5);
+    expect(replies.map(sessionOf)).toEqual([REQ, TGT, REQ, TGT, REQ]);
+    expect(replies.map(lastUserText)).toEqual(["echo: hello target", "pong-1", "pong-2", "pong-3", "pong-4"]);
+    expect(systemOf(replies[0])).toContain("Agent-to-agent reply step:\nCurrent agent: Agent 1 (requester).\nTurn 1 of 5.");
+    expect(systemOf(replies[0])).toContain('If you want to stop the ping-pong, reply exactly "REPLY_SKIP".');
+    expect(h!.app.runtime.get(`${result.runId}:reply:2`)).toMatchObject({ sessionKey: TGT, lane: "nested" });
+
+    const [announce] = stepRequests("a2a-announce");
+    expect(sessionOf(announce)).toBe(TGT);
+    expect(systemOf(announce)).toContain("Original request: hello target\nRound 1 reply: echo: hello target\nLatest reply: pong-5");
+    expect(telegram.textsTo("-100tgt")).toEqual(["announce now"]);
+    expect(telegram.textsTo("-100req")).not.toContain("announce now");
+    expect(h!.app.outbox.get(`a2a-announce:${result.runId}`)).toMatchObject({ sessionKey: TGT, kind: "announce", state: "sent", target: { channel: "telegram", to: "-100tgt" } });
+  });
+
+  it("R21 replying exactly REPLY_SKIP stops the ping-pong", async () => {
+    await boot();
+    script = (req, step) => (step === "a2a-reply" ? { content: sessionOf(req) === TGT ? "  REPLY_SKIP  " : "requester follow-up" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    await send({ sessionKey: TGT, message: "q", timeoutSeconds: 5 });
+    await settle(h!);
+    expect(stepRequests("a2a-reply").map(sessionOf)).toEqual([REQ, TGT]);
+    expect(systemOf(stepRequests("a2a-announce")[0])).toContain("Latest reply: requester follow-up");
+  });
+
+  it("R21 an empty reply stops the ping-pong", async () => {
+    await boot();
+    script = (_req, step) => (step === "a2a-reply" ? { content: "" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    await send({ sessionKey: TGT, message: "q", timeoutSeconds: 5 });
+    await settle(h!);
+    expect(stepRequests("a2a-reply")).toHaveLength(1);
+    expect(systemOf(stepRequests("a2a-announce")[0])).toContain("Round 1 reply: echo: q\nLatest reply: echo: q");
+  });
+
+  it("R21 session.agentToAgent.maxPingPongTurns bounds the loop (2)", async () => {
+    await boot({ session: { agentToAgent: { maxPingPongTurns: 2 } } });
+    script = (_req, step) => (step === "a2a-reply" ? { content: "keep going" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    await send({ sessionKey: TGT, message: "q", timeoutSeconds: 5 });
+    await settle(h!);
+    expect(stepRequests("a2a-reply")).toHaveLength(2);
+    expect(systemOf(stepRequests("a2a-reply")[1])).toContain("Turn 2 of 2.");
+    expect(stepRequests("a2a-announce")).toHaveLength(1);
+  });
+
+  it("R21 R22 maxPingPongTurns 0: no reply steps, the announce step still runs", async () => {
+    await boot({ session: { agentToAgent: { maxPingPongTurns: 0 } } });
+    script = (_req, step) => (step === "a2a-announce" ? { content: "short announce" } : undefined);
+    await send({ sessionKey: TGT, message: "q", timeoutSeconds: 5 });
+    await settle(h!);
+    expect(stepRequests("a2a-reply")).toHaveLength(0);
+    expect(telegram.textsTo("-100tgt")).toEqual(["short announce"]);
+  });
+
+  it("R22 replying exactly ANNOUNCE_SKIP stays silent", async () => {
+    await boot();
+    script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    const result = await send({ sessionKey: TGT, message: "q", timeoutSeconds: 5 });
+    await settle(h!);
+    expect(stepRequests("a2a-announce")).toHaveLength(1);
+    expect(telegram.textsTo("-100tgt")).toEqual([]);
+    expect(h!.app.outbox.get(`a2a-announce:${result.runId}`)).toBeUndefined();
+  });
+
+  it("R22 R17 D2 the send policy applies to the announce: a denied target chat gets nothing", async () => {
+    await boot();
+    const admin = await h!.client();
+    await admin.request("sessions.patch", { key: TGT, sendPolicy: "deny" });
+    script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "this must not be posted" } : undefined);
+    const result = await send({ sessionKey: TGT, message: "q", timeoutSeconds: 5 });
+    expect(result.status).toBe("ok");
+    await settle(h!);
+    expect(stepRequests("a2a-announce")).toHaveLength(1);
+    expect(telegram.textsTo("-100tgt")).toEqual([]);
+    expect(h!.app.outbox.get(`a2a-announce:${result.runId}`)).toMatchObject({ state: "suppressed", sessionKey: TGT });
+    const lines = await h!.app.transcripts.readLines(h!.app.sessions.transcriptPath(h!.app.sessions.require(TGT)));
+    expect(lines).toContainEqual(expect.objectContaining({ type: "delivery", status: "suppressed", outboxId: `a2a-announce:${result.runId}`, text: "this must not be posted" }));
+  });
+
+  it("R17 the announce is best effort: status ok was returned though the platform then refused the announce", async () => {
+    await boot();
+    await h!.app.router.accept(inbound({ channel: "discord", chatType: "channel", peerId: "c1", to: "c1", wasMentioned: true, text: "hi discord" }));
+    await h!.app.router.idle();
+    discord.failures.push(new PlatformError("discord", "forbidden", "Missing Access"));
+    script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "done over there" } : undefined);
+    const result = await send({ sessionKey: "agent:main:discord:channel:c1", message: "q", timeoutSeconds: 5 });
+    expect(result.status).toBe("ok");
+    await settle(h!);
+    expect(h!.app.outbox.get(`a2a-announce:${result.runId}`)).toMatchObject({ state: "failed" });
+    expect(discord.textsTo("c1")).toEqual(["echo: hi discord"]);
+  });
+});
+
+describe("sessions_send across agents (tools.agentToAgent)", () => {
+  const agents = { list: [{ id: "main", default: true }, { id: "beta" }] };
+  async function bootAgents(agentToAgent?: { enabled: boolean; allow: string[] }) {
+    await boot({ agents, ...(agentToAgent ? { tools: { agentToAgent } } : {}) });
+    const admin = await h!.client();
+    await admin.request("agent", { agentId: "beta", message: "beta wakes up", idempotencyKey: "beta-1" }, { expectFinal: true });
+    script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+  }
+
+  it("disabled by default: cross-agent send, history and list rows are forbidden or hidden", async () => {
+    await bootAgents();
+    expect(await send({ sessionKey: "agent:beta:main", message: "hi beta" })).toEqual({
+      status: "forbidden",
+      error: "Agent-to-agent messaging is disabled. Set tools.agentToAgent.enabled=true to allow cross-agent sends.",
+    });
+    expect(countSteps(h!.model.requests, "a2a-message")).toBe(0);
+    expect(await callViaGateway(h!, REQ, "sessions_history", { sessionKey: "agent:beta:main" })).toEqual({
+      status: "forbidden",
+      error: "Agent-to-agent history is disabled. Set tools.agentToAgent.enabled=true to allow cross-agent access.",
+    });
+    const list = await callViaGateway(h!, REQ, "sessions_list");
+    expect(list.sessions.map((r: any) => r.key)).not.toContain("agent:beta:main");
+  });
+
+  it("enabled with both agents allowed: the send runs in the other agent's session", async () => {
+    await bootAgents({ enabled: true, allow: ["main", "beta"] });
+    expect(await send({ sessionKey: "agent:beta:main", message: "hi beta", timeoutSeconds: 5 })).toMatchObject({ status: "ok", reply: "echo: hi beta", sessionKey: "agent:beta:main" });
+    const list = await callViaGateway(h!, REQ, "sessions_list");
+    expect(list.sessions.map((r: any) => r.key)).toContain("agent:beta:main");
+  });
+
+  it("enabled but the other agent not in allow: forbidden", async () => {
+    await bootAgents({ enabled: true, allow: ["main"] });
+    expect(await send({ sessionKey: "agent:beta:main", message: "hi beta" })).toEqual({ status: "forbidden", error: "Agent-to-agent messaging denied by tools.agentToAgent.allow." });
+  });
+});
