@@ -25,6 +25,11 @@ export interface AppOptions {
   env?: NodeJS.ProcessEnv;
   /** Replace a configured model provider (tests). */
   modelProvider?: (id: string) => ModelProvider | undefined;
+  /**
+   * The outbox's clock (its rate limiter, backoff and retention): tests share an accelerated
+   * clock with a platform fake, so hours of rate-limited sending run in seconds.
+   */
+  outboxClock?: { now(): number; sleep(ms: number): Promise<void> };
 }
 
 export class App {
@@ -70,6 +75,7 @@ export class App {
       policy: () => this.config.session.sendPolicy,
       adapter: (channel, accountId) => this.adapter(channel, accountId),
       log: this.log.child({ component: "outbox" }),
+      ...(this.opts.outboxClock ? { now: this.opts.outboxClock.now, sleep: this.opts.outboxClock.sleep } : {}),
     });
     this.runtime = new AgentRuntime({
       config: this.config,

@@ -102,7 +102,8 @@ export class Poller {
       const accepted = failed < 0 ? fresh.length : failed;
       if (accepted > 0) {
         this.offset = fresh[accepted - 1].update_id + 1;
-        await this.persist(this.offset);
+        // Not awaited: the next poll need not wait for it (writes land in order).
+        void this.persist(this.offset);
       }
       if (failed >= 0) {
         if (this.stopped) return;

@@ -260,7 +260,8 @@ export class AgentRuntime {
       const res = await resolved.provider.complete({ model: resolved.model, messages, tools: toolDefs, signal });
       usage.input += res.usage.input;
       usage.output += res.usage.output;
-      await this.recordUsage(req.sessionKey, res.usage, resolved.ref);
+      // The entry is updated at once; its store write runs alongside the transcript append.
+      const usageWritten = this.recordUsage(req.sessionKey, res.usage, resolved.ref);
       const assistant: TranscriptMessage = {
         role: "assistant",
         content: [
@@ -273,7 +274,7 @@ export class AgentRuntime {
         usage: { input: res.usage.input, output: res.usage.output, totalTokens: res.usage.input + res.usage.output },
         stopReason: res.toolCalls.length ? "toolUse" : "stop",
       };
-      await transcripts.appendMessage(ref, assistant);
+      await Promise.all([transcripts.appendMessage(ref, assistant), usageWritten]);
       if (!res.toolCalls.length) return { reply: res.content.trim(), model: resolved.ref };
       messages.push({ role: "assistant", content: res.content || null, tool_calls: res.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) });
       for (const call of res.toolCalls) {

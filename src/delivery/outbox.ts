@@ -94,6 +94,9 @@ export class Outbox {
   private readonly sleep: (ms: number) => Promise<void>;
   private stopped = false;
   private inflight = 0;
+  private lastCreatedAt = 0;
+  /** The accepting write of a message just enqueued, until it has committed. */
+  private readonly accepting = new Map<string, Promise<void>>();
   private release!: () => void;
   /** Sending waits for this: at start-up, until the adapters are connected. */
   private readonly gate = new Promise<void>((resolve) => (this.release = resolve));
@@ -146,7 +149,8 @@ export class Outbox {
   async enqueue(req: OutboundRequest): Promise<{ id: string; done: Promise<OutboxResult> }> {
     const existing = this.records.get(req.id);
     if (existing) return { id: req.id, done: this.outcome(existing) };
-    const t = this.now();
+    // Strictly increasing, so queued messages resume in the order they were enqueued.
+    const t = (this.lastCreatedAt = Math.max(this.now(), this.lastCreatedAt + 0.001));
     const record: OutboxRecord = {
       id: req.id,
       sessionKey: req.sessionKey,
@@ -163,8 +167,17 @@ export class Outbox {
     };
     this.records.set(record.id, record);
     const done = this.outcome(record);
-    await this.persist(record);
+    // Scheduled before this write completes, so that the first chunk's `attempted` write usually
+    // lands in the same commit (one commit fewer before the send); nothing is sent until this
+    // write, issued first, has committed (see sendChunks).
+    const written = this.persist(record);
+    this.accepting.set(record.id, written);
     this.schedule(record);
+    try {
+      await written;
+    } finally {
+      if (this.accepting.get(record.id) === written) this.accepting.delete(record.id);
+    }
     return { id: record.id, done };
   }
 
@@ -251,12 +264,18 @@ export class Outbox {
         await this.recordDelivery(record, "failed", record.error);
         return;
       }
-      const limits: RateLimit[] = adapter.rateLimitsFor?.(record.target) ?? [];
+      // Limits are per bot account: two adapters' "global" (or the same chat id on two
+      // platforms) must not share a bucket.
+      const scope = `${record.target.channel}:${record.target.accountId}|`;
+      const limits: RateLimit[] = (adapter.rateLimitsFor?.(record.target) ?? []).map((l) => ({ ...l, key: scope + l.key }));
       for (let wait = this.limiter.delayFor(limits); wait > 0; wait = this.limiter.delayFor(limits)) await this.sleep(wait);
       const stamp = this.limiter.record(limits);
       record.attempted = record.next;
       record.attempts++;
+      const accepted = this.accepting.get(record.id);
       await this.persist(record);
+      // Never send a message whose enqueue write failed (the caller was told it was not accepted).
+      if (accepted) await accepted;
       this.inflight++;
       try {
         const receipt = await adapter.send(record.target, chunks[record.next], { idempotencyKey: `${record.id}#${record.next}` });

@@ -147,6 +147,11 @@ export class Gateway {
       return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `invalid frame: ${describeZodError(parsed.error)}` }, conn.state === "handshake");
     }
     const frame = parsed.data;
+    // JSON's "\ud800" escapes make strings no UTF-8 store can keep: a key written to SQLite
+    // would come back as U+FFFD, a different key (fuzz-found). Refused at the boundary.
+    if (hasLoneSurrogate(frame)) {
+      return this.sendError(conn, hasLoneSurrogate(frame.id) ? null : frame.id, { code: "INVALID_REQUEST", message: "invalid frame: strings must be well-formed Unicode (lone surrogate found)" }, conn.state === "handshake");
+    }
     if (conn.state === "handshake") return this.handshake(conn, frame.id, frame.method, frame.params);
     await this.dispatch(conn, frame.id, frame.method, frame.params);
   }
@@ -187,7 +192,8 @@ export class Gateway {
   }
 
   private async dispatch(conn: Connection, id: string, method: string, params: unknown): Promise<void> {
-    if (!(method in Params)) return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `unknown method: ${method}` });
+    // Own keys only: `in` also finds "__proto__", "constructor", "toString"… (fuzz-found: no answer, unhandled rejection).
+    if (!Object.hasOwn(Params, method)) return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `unknown method: ${method}` });
     const name = method as MethodName;
     const needed = METHOD_SCOPES[name];
     if (needed === "node" ? conn.role !== "node" : conn.role !== "operator" || !hasScope(conn.scopes, needed)) {
@@ -227,6 +233,16 @@ export class Gateway {
     if (close) conn.ws.close(1008, error.message.slice(0, 120));
   }
 }
+
+/** A string anywhere in `value` (keys included) holding an unpaired UTF-16 surrogate. */
+export function hasLoneSurrogate(value: unknown, depth = 0): boolean {
+  if (typeof value === "string") return LONE_SURROGATE.test(value);
+  if (depth > 64 || value === null || typeof value !== "object") return false;
+  if (Array.isArray(value)) return value.some((v) => hasLoneSurrogate(v, depth + 1));
+  return Object.entries(value).some(([k, v]) => LONE_SURROGATE.test(k) || hasLoneSurrogate(v, depth + 1));
+}
+
+const LONE_SURROGATE = /\p{Cs}/u;
 
 function isTwoPhase(v: unknown): v is TwoPhase {
   return typeof v === "object" && v !== null && (v as TwoPhase).kind === "two-phase";

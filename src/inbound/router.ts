@@ -5,7 +5,8 @@
  *
  * Every inbound message is written to the `inbound` space before the adapter is told it was
  * accepted, and marked done after its reply is in the outbox; after a crash, unfinished ones are
- * processed again, and the deterministic outbox id (`reply:<inbound id>`) keeps the reply single.
+ * processed again (one already in its transcript is not recorded twice), and the deterministic
+ * outbox id (`reply:<inbound id>`) keeps the reply single.
  * A denied session still records what was said (deny means "don't deliver", not "don't listen").
  */
 import type pino from "pino";
@@ -16,7 +17,7 @@ import type { Config } from "../config/schema.js";
 import type { AgentRuntime, RunOutcome } from "../agents/runtime.js";
 import type { Outbox } from "../delivery/outbox.js";
 import type { SessionStore } from "../sessions/session-store.js";
-import type { TranscriptStore } from "../sessions/transcript.js";
+import type { TranscriptMessage, TranscriptStore } from "../sessions/transcript.js";
 import type { KvSpace } from "../store/kv.js";
 import { normalizeDeliveryContext, type SessionPatch } from "../sessions/entry.js";
 import { parseCommand } from "./command-parse.js";
@@ -34,11 +35,13 @@ interface InboundRecord {
 /** A finished message is kept as its id alone: enough to ignore a platform redelivery. */
 type StoredInbound = InboundRecord | { id: string; state: "done"; receivedAt: number };
 
+/** Ids end up in store keys and session keys: non-blank, and well-formed Unicode (see kv.ts). */
 const Id = z
   .string()
   .min(1)
   .max(512)
-  .refine((s) => s.trim().length > 0, "must not be blank");
+  .refine((s) => s.trim().length > 0, "must not be blank")
+  .refine((s) => !/\p{Cs}/u.test(s), "must be well-formed Unicode");
 
 /**
  * The trust boundary for what adapters hand the core: anything else is rejected with the reason
@@ -52,7 +55,7 @@ export const InboundMessageSchema = z.object({
   peerId: Id,
   threadId: Id.optional(),
   parentPeerId: Id.optional(),
-  senderId: z.string().max(512),
+  senderId: z.string().max(512).refine((s) => !/\p{Cs}/u.test(s), "must be well-formed Unicode"),
   senderName: z.string().max(1024).optional(),
   groupName: z.string().max(1024).optional(),
   text: z.string().max(200_000),
@@ -80,6 +83,10 @@ export interface RouterDeps extends CommandDeps {
 }
 
 const DONE_RETENTION_MS = 24 * 3600_000;
+/** A run still going after this long shows the typing indicator. */
+const TYPING_DELAY_MS = 500;
+/** How far back a resumed message is looked for in its transcript. */
+const RESUME_LOOKBACK = 50;
 const MAX_DONE_IDS = 200_000;
 
 export class InboundRouter {
@@ -88,6 +95,9 @@ export class InboundRouter {
   private readonly doneIds = new Map<string, number>();
   private readonly lanes = new Map<string, Promise<void>>();
   private readonly inflight = new Set<Promise<void>>();
+  /** Messages accepted before a restart and not finished (their transcript line may exist). */
+  private readonly resumed = new Set<string>();
+  private lastReceivedAt = 0;
 
   constructor(private readonly deps: RouterDeps) {}
 
@@ -104,6 +114,7 @@ export class InboundRouter {
         continue;
       }
       this.records.set(rec.id, rec);
+      this.resumed.add(rec.id);
       this.deps.log.info({ inboundId: rec.id }, "resuming inbound message accepted before restart");
       this.schedule(rec);
     }
@@ -131,7 +142,11 @@ export class InboundRouter {
       this.deps.log.debug({ inboundId: id }, "duplicate inbound ignored");
       return { status: "duplicate" };
     }
-    const rec: InboundRecord = { id, msg, state: "pending", receivedAt: Date.now() };
+    // Strictly increasing, so messages resumed after a restart keep their order even when a
+    // batch was accepted within one millisecond (ties used to fall back to the store's key order,
+    // where "…:10" sorts before "…:9").
+    this.lastReceivedAt = Math.max(Date.now(), this.lastReceivedAt + 0.001);
+    const rec: InboundRecord = { id, msg, state: "pending", receivedAt: this.lastReceivedAt };
     this.records.set(id, rec);
     const durable = this.deps.space.set(id, rec).catch((err: unknown) => {
       // Not accepted: forget it, so that the platform's redelivery is processed, not deduped.
@@ -250,13 +265,13 @@ export class InboundRouter {
     }
 
     if (rec.state === "pending") {
-      const entry = await this.touch(route, msg);
-      await transcripts.appendMessage(
-        { path: sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key },
-        { role: "user", content: msg.text, timestamp: msg.timestamp || Date.now(), provenance: { kind: "external_user" }, sender: { id: msg.senderId, ...(msg.senderName ? { name: msg.senderName } : {}), channel: msg.channel } },
-      );
-      rec.state = "recorded";
-      await this.deps.space.set(rec.id, rec);
+      // The entry write runs alongside the transcript append (it is awaited before the run).
+      const { entry, written } = this.stageTouch(route, msg);
+      const ref = { path: sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+      const said: TranscriptMessage = { role: "user", content: msg.text, timestamp: msg.timestamp || Date.now(), provenance: { kind: "external_user" }, sender: { id: msg.senderId, ...(msg.senderName ? { name: msg.senderName } : {}), channel: msg.channel } };
+      // A message resumed after a crash may already be in the transcript: never record it twice.
+      if (!this.resumed.has(rec.id) || !(await this.recorded(ref.path, said))) await transcripts.appendMessage(ref, said);
+      await written;
     }
 
     if (msg.chatType !== "direct" && this.requiresMention(msg) && !msg.wasMentioned) {
@@ -280,8 +295,14 @@ export class InboundRouter {
   private async runWithTyping(route: Route, msg: InboundMessage, inboundId: string, target: OutboundTarget): Promise<RunOutcome> {
     const adapter = this.deps.adapter(msg.channel, msg.accountId);
     const typing = () => void adapter?.typing?.(target).catch(() => undefined);
-    typing();
-    const timer = setInterval(typing, 6000);
+    // Only a run that takes a noticeable time shows the indicator: a faster reply would just
+    // flicker it, and every indicator is one more platform API call competing with replies for
+    // the bot's rate limits (an extra HTTP call per message cost ~12% of inbound throughput, bench/).
+    let timer: NodeJS.Timeout | undefined;
+    const first = setTimeout(() => {
+      typing();
+      timer = setInterval(typing, 6000);
+    }, TYPING_DELAY_MS);
     try {
       const { done } = this.deps.runtime.start({
         sessionKey: route.sessionKey,
@@ -293,6 +314,7 @@ export class InboundRouter {
       });
       return await done;
     } finally {
+      clearTimeout(first);
       clearInterval(timer);
     }
   }
@@ -311,6 +333,18 @@ export class InboundRouter {
 
   /** Record where the conversation is and who it is (lastChannel, lastTo, deliveryContext…). */
   private async touch(route: Route, msg: InboundMessage) {
+    const { entry, written } = this.stageTouch(route, msg);
+    await written;
+    return entry;
+  }
+
+  /** Whether the transcript's recent messages already hold this inbound message (same sender, time and text). */
+  private async recorded(file: string, said: TranscriptMessage & { role: "user" }): Promise<boolean> {
+    const recent = await this.deps.transcripts.readMessages(file, RESUME_LOOKBACK);
+    return recent.some((m) => m.role === "user" && m.content === said.content && m.timestamp === said.timestamp && m.sender?.id === said.sender?.id);
+  }
+
+  private stageTouch(route: Route, msg: InboundMessage) {
     const deliveryContext = normalizeDeliveryContext({ channel: msg.channel, to: msg.to, accountId: msg.accountId, threadId: msg.threadId });
     const patch: SessionPatch = {
       chatType: msg.chatType,
@@ -326,11 +360,12 @@ export class InboundRouter {
     } else if (msg.senderName) {
       patch.displayName = msg.senderName;
     }
-    return this.deps.sessions.upsert(route.sessionKey, route.agentId, patch);
+    return this.deps.sessions.stage(route.sessionKey, route.agentId, patch);
   }
 
   private async finish(rec: InboundRecord): Promise<void> {
     rec.state = "done";
+    this.resumed.delete(rec.id);
     await this.deps.space.set(rec.id, { id: rec.id, state: "done", receivedAt: rec.receivedAt });
     this.records.delete(rec.id);
     this.rememberDone(rec.id, rec.receivedAt);

@@ -72,6 +72,17 @@ export class SessionStore {
 
   /** Create the entry if missing, then merge `patch`; `null` values clear fields. */
   async upsert(key: string, agentId: string, patch: { [K in keyof SessionPatch]?: SessionPatch[K] | null } = {}): Promise<SessionEntry> {
+    const { entry, written } = this.stage(key, agentId, patch);
+    await written;
+    return entry;
+  }
+
+  /**
+   * upsert() whose new entry is visible (get, list) at once, with its store write still running:
+   * a caller with other work to do meanwhile (the inbound router appending the transcript) awaits
+   * `written` later instead of paying one commit on its critical path (bench/).
+   */
+  stage(key: string, agentId: string, patch: { [K in keyof SessionPatch]?: SessionPatch[K] | null } = {}): { entry: SessionEntry; written: Promise<void> } {
     const prev = this.byKey.get(key);
     const now = this.stamp(prev?.updatedAt);
     const next: SessionEntry = prev ? { ...prev } : { key, sessionId: randomUUID(), agentId, createdAt: now, updatedAt: now };
@@ -81,8 +92,7 @@ export class SessionStore {
       } else (next as unknown as Record<string, unknown>)[field] = value;
     }
     next.updatedAt = Math.max(now, typeof patch.updatedAt === "number" ? patch.updatedAt : 0);
-    await this.commit(next, prev);
-    return next;
+    return { entry: next, written: this.commit(next, prev) };
   }
 
   /** New sessionId, token counters cleared; policy, labels and routes kept (reference §4.3). */

@@ -70,7 +70,6 @@ async function sqliteStore(file: string): Promise<KvStore> {
   // WAL + NORMAL: a committed write survives a process kill (kill -9) and writes don't fsync twice.
   await store.query("PRAGMA journal_mode=WAL");
   await store.query("PRAGMA synchronous=NORMAL");
-  if (process.env.SB_NOCKPT) await store.query("PRAGMA wal_autocheckpoint=0");
   const writer = new BatchWriter(store);
   const spaces = new Map<string, Keyv>();
   const keyvFor = (namespace: string): Keyv => {
@@ -93,21 +92,30 @@ async function sqliteStore(file: string): Promise<KvStore> {
           return (await keyv.get(key)) as T | undefined;
         },
         async set(key, value) {
+          assertStorableKey(key);
           const raw = serializeKeyv(value);
           await writer.write({ kind: "set", key: `${namespace}:${key}`, raw });
         },
         async delete(key) {
+          assertStorableKey(key);
           await writer.write({ kind: "delete", key: `${namespace}:${key}` });
         },
         async entries() {
-          // One scan instead of keyv's offset-paged iterator, which is quadratic at 100k rows.
-          const rows = await store.query("SELECT key, value FROM keyv WHERE key >= ? AND key < ?", `${namespace}:`, `${namespace};`);
+          // Keyset pages along the primary key (keyv's offset-paged iterator is quadratic at 100k
+          // rows), so the raw rows of only one page are alive at a time: reading 100,000 sessions
+          // at once peaked the heap — and the daemon's resident memory — at twice the final size.
           const out: Array<[string, T]> = [];
-          for (const row of rows) {
-            const parsed = parseKeyvValue(String(row.value));
-            if (parsed !== undefined) out.push([String(row.key).slice(namespace.length + 1), parsed as T]);
+          const end = `${namespace};`;
+          let after = `${namespace}:`;
+          for (let first = true; ; first = false) {
+            const rows = await store.query(`SELECT key, value FROM keyv WHERE key ${first ? ">=" : ">"} ? AND key < ? ORDER BY key LIMIT ${ENTRIES_PAGE}`, after, end);
+            for (const row of rows) {
+              const parsed = parseKeyvValue(String(row.value));
+              if (parsed !== undefined) out.push([String(row.key).slice(namespace.length + 1), parsed as T]);
+            }
+            if (rows.length < ENTRIES_PAGE) return out;
+            after = String(rows[rows.length - 1].key);
           }
-          return out;
         },
       };
     },
@@ -117,6 +125,8 @@ async function sqliteStore(file: string): Promise<KvStore> {
     },
   };
 }
+
+const ENTRIES_PAGE = 2000;
 
 type WriteOp = { kind: "set"; key: string; raw: string } | { kind: "delete"; key: string };
 
@@ -143,9 +153,10 @@ class BatchWriter {
   }
 
   private async run(): Promise<void> {
-    // Writes issued in the same tick (an adapter accepting a batch) share one transaction, so
-    // they succeed or fail together.
-    await Promise.resolve();
+    // Writes issued in the same turn of the event loop (an adapter accepting a batch; a message
+    // enqueued and its first send marked) share one transaction: fewer commits, and a batch
+    // succeeds or fails as a whole.
+    await new Promise<void>((resolve) => setImmediate(resolve));
     try {
       while (this.queue.length) {
         const batch = this.takeBatch();
@@ -170,10 +181,6 @@ class BatchWriter {
   }
 
   private async execute(ops: WriteOp[]): Promise<void> {
-    if (process.env.SB_TRACE) { const t = performance.now(); try { return await this.execute2(ops); } finally { const d = performance.now() - t; (globalThis as any).__kvt ??= []; (globalThis as any).__kvt.push([d, ops.length]); } }
-    return this.execute2(ops);
-  }
-  private async execute2(ops: WriteOp[]): Promise<void> {
     if (ops[0].kind === "delete") {
       await this.store.query("DELETE FROM keyv WHERE key = ?", ops[0].key);
       return;
@@ -186,6 +193,14 @@ class BatchWriter {
     const values = Array.from(latest.keys(), () => "(?, ?)").join(", ");
     await this.store.query(`INSERT INTO keyv (key, value) VALUES ${values} ON CONFLICT(key) DO UPDATE SET value = excluded.value`, ...params);
   }
+}
+
+/**
+ * SQLite stores text as UTF-8, where an unpaired UTF-16 surrogate becomes U+FFFD: the row would
+ * come back under another key (and distinct keys would collide). Values are safe (JSON escapes).
+ */
+function assertStorableKey(key: string): void {
+  if (/\p{Cs}/u.test(key)) throw new Error(`store write refused: key is not well-formed Unicode (${JSON.stringify(key)})`);
 }
 
 /**

@@ -24,7 +24,17 @@ describe("inbound router", () => {
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: ping"]));
     const entry = h.app.sessions.get("agent:main:main");
     expect(entry).toMatchObject({ lastChannel: "telegram", lastTo: "1001", lastAccountId: "default", chatType: "direct", displayName: "Ada", deliveryContext: { channel: "telegram", to: "1001", accountId: "default" } });
-    expect(telegram.typingCalls.length).toBeGreaterThan(0);
+  });
+
+  it("typing shows only for a run that takes a noticeable time (an instant reply sends none)", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ text: "quick", peerId: "1001", to: "1001" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: quick"]));
+    expect(telegram.typingCalls).toHaveLength(0);
+    h.model.setResponder(() => ({ content: "slow answer", delayMs: 900 }));
+    await h.app.router.accept(inbound({ text: "slow", peerId: "1001", to: "1001" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: quick", "slow answer"]));
+    expect(telegram.typingCalls.map((t) => t.to)).toEqual(["1001"]);
   });
 
   it("R2 a mentioned group message lands in agent:main:telegram:group:<id> with the channel recorded", async () => {

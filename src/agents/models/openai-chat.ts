@@ -51,6 +51,9 @@ export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider
   const secure = endpoint.protocol === "https:";
   const agent = secure ? new https.Agent({ keepAlive: true, maxSockets: 64 }) : new http.Agent({ keepAlive: true, maxSockets: 64 });
   const maxRetries = opts.maxRetries ?? 2;
+  // Servers and proxies echo a rejected key in their error ("Incorrect API key provided: sk-…");
+  // the message ends up in logs and, as the run's error notice, in the chat.
+  const scrub = (text: string) => (opts.apiKey && opts.apiKey.length >= 6 ? text.split(opts.apiKey).join("[redacted]") : text);
 
   function attempt(body: string, signal: AbortSignal | undefined): Promise<ChatCompletion> {
     return new Promise((resolve, reject) => {
@@ -68,7 +71,7 @@ export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider
         res.on("end", () => {
           const text = Buffer.concat(chunks).toString("utf8");
           const status = res.statusCode ?? 0;
-          if (status < 200 || status > 299) return reject(new StatusError(status, `${status} ${errorMessageOf(text) ?? "status code (no body)"}`, res.headers));
+          if (status < 200 || status > 299) return reject(new StatusError(status, `${status} ${scrub(errorMessageOf(text) ?? "status code (no body)")}`, res.headers));
           try {
             resolve(JSON.parse(text) as ChatCompletion);
           } catch {

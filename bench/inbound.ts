@@ -1,0 +1,151 @@
+/**
+ * Inbound throughput and added latency across 1,000 sessions, two ways:
+ *
+ * - Telegram end to end: the Telegram Bot API fake (this process) → the real telegraf adapter
+ *   (long polling) in a daemon child process (`node src/bin.js start`, SQLite state) → router
+ *   (session key, entry update, transcript append) → a model call to the fake OpenAI-compatible
+ *   server (its own process, answers at once) → outbox → sendMessage back to the fake. Latency is
+ *   injecting the update → the fake receiving the matching sendMessage, on this process's clock.
+ * - Core pipeline: the same daemon code in this process, fed InboundMessages through
+ *   `app.router.accept` with a recording adapter instead of Telegram's wire (same model process).
+ *
+ * Each run offers a fixed load (open loop) and waits for every reply; a burst run measures the
+ * most the pipeline drains per second. Telegram's send limits are raised in the config (the
+ * fake does not enforce them here; they are exercised by test/reliability/rate-limit.test.ts),
+ * and agents.defaults.maxConcurrent is 16 (the default 4 suits slow real models).
+ */
+import pino from "pino";
+import type { ChannelAdapter, InboundMessage, OutboundTarget } from "../src/channels/types.js";
+import { parseConfig } from "../src/config/load.js";
+import { createFullDaemon } from "../src/full-daemon.js";
+import { GatewayClient } from "../src/gateway/client.js";
+import { FakeTelegramBotApi, fakeUser, privateChat } from "../test/fakes/telegram-bot-api.js";
+import { spawnDaemon, writeConfig } from "../test/helpers/daemon-process.js";
+import { benchConfig, tempDir } from "./lib/fixtures.js";
+import { ReplyClock, type LoadResult } from "./lib/load.js";
+import { startModelProcess } from "./lib/model-process.js";
+import { nowMs, sleep } from "./lib/stats.js";
+
+export interface InboundOptions {
+  sessions: number;
+  /** Offered load of the measured runs (messages/s) and each run's length. */
+  rate: number;
+  seconds: number;
+  runs: number;
+  /** Size of the burst of the saturation run. */
+  burst: number;
+  maxConcurrent: number;
+}
+
+export interface InboundFigures {
+  runs: LoadResult[];
+  burst: LoadResult[];
+}
+
+async function measure(clock: ReplyClock, o: InboundOptions, inject: (tag: string) => (i: number) => string): Promise<InboundFigures> {
+  // Warm-up: creates the sessions (one message each), then runs the offered load once to warm
+  // the JIT, the connection pools and SQLite's cache; none of it is counted.
+  await clock.run(Math.min(o.rate, 2000), o.sessions / Math.min(o.rate, 2000), inject("warm"));
+  await clock.run(o.rate, 2, inject("warm2"));
+  const runs: LoadResult[] = [];
+  for (let r = 0; r < o.runs; r++) runs.push(await clock.run(o.rate, o.seconds, inject(`r${r}`)));
+  const burst: LoadResult[] = [];
+  for (let r = 0; r < o.runs; r++) burst.push(await clock.run(1e9, o.burst / 1e9, inject(`b${r}`)));
+  return { runs, burst };
+}
+
+export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFigures> {
+  const tmp = tempDir();
+  const model = await startModelProcess();
+  const api = new FakeTelegramBotApi();
+  const apiRoot = await api.start();
+  const clock = new ReplyClock();
+  api.override("sendMessage", (body) => {
+    clock.replied(String(body.text));
+    return undefined;
+  });
+  const config = writeConfig(
+    tmp.dir,
+    benchConfig({
+      stateDir: `${tmp.dir}/data`,
+      modelBaseUrl: model.baseUrl,
+      maxConcurrent: o.maxConcurrent,
+      telegram: { enabled: true, botToken: api.token, apiRoot, rateLimit: { perChatPerSecond: 1_000_000, globalPerSecond: 1_000_000 } },
+    }),
+  );
+  const daemon = spawnDaemon(config);
+  try {
+    const { port } = await daemon.listening;
+    const deadline = nowMs() + 10_000;
+    while (!api.isPolling && nowMs() < deadline) await sleep(10);
+    const users = Array.from({ length: o.sessions }, (_, i) => fakeUser(`User${i}`, { username: `user${i}` }));
+    const figures = await measure(clock, o, (tag) => (i) => {
+      const u = users[i % users.length];
+      const text = `${tag}-${i}`;
+      api.injectText({ chat: privateChat(u), from: u, text });
+      return text;
+    });
+    const client = new GatewayClient({ url: `ws://127.0.0.1:${port}/` });
+    await client.connect();
+    const health = await client.request("health", {});
+    client.close();
+    if (health.sessions < o.sessions) throw new Error(`expected ${o.sessions} sessions, the daemon has ${health.sessions}`);
+    return figures;
+  } finally {
+    daemon.kill("SIGTERM");
+    await daemon.exited;
+    await api.stop();
+    await model.stop();
+    tmp.remove();
+  }
+}
+
+export async function benchCorePipeline(o: InboundOptions): Promise<InboundFigures> {
+  const tmp = tempDir();
+  const model = await startModelProcess();
+  const clock = new ReplyClock();
+  let next = 1;
+  const adapter: ChannelAdapter = {
+    channel: "telegram",
+    accountId: "default",
+    textChunkLimit: 4000,
+    async start() {},
+    async stop() {},
+    async send(_t: OutboundTarget, text: string) {
+      clock.replied(text);
+      return { messageId: String(next++) };
+    },
+    async typing() {},
+    health: () => ({ connected: true, lastInboundAt: null, lastError: null }),
+  };
+  const config = parseConfig(benchConfig({ stateDir: `${tmp.dir}/data`, modelBaseUrl: model.baseUrl, maxConcurrent: o.maxConcurrent }), "<bench>", {});
+  const daemon = createFullDaemon({ config, log: pino({ level: "info" }, pino.destination("/dev/null")), env: {}, plugins: [(d) => d.app.registerAdapter(adapter)] });
+  await daemon.start();
+  try {
+    const msg = (i: number, text: string): InboundMessage => {
+      const peer = String(10_000 + (i % o.sessions));
+      return { channel: "telegram", accountId: "default", chatType: "direct", peerId: peer, senderId: peer, senderName: `User ${peer}`, text, messageId: `m-${text}`, wasMentioned: true, to: peer, timestamp: Date.now() };
+    };
+    const figures = await measure(clock, o, (tag) => (i) => {
+      const text = `${tag}-${i}`;
+      void daemon.app.router.accept(msg(i, text));
+      return text;
+    });
+    if (daemon.app.sessions.size < o.sessions) throw new Error(`expected ${o.sessions} sessions, the daemon has ${daemon.app.sessions.size}`);
+    return figures;
+  } finally {
+    await daemon.stop();
+    await model.stop();
+    tmp.remove();
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const o: InboundOptions = { sessions: 1000, rate: Number(process.env.RATE ?? 2000), seconds: 3, runs: 3, burst: 5000, maxConcurrent: 16 };
+  const show = (label: string, f: InboundFigures) => {
+    for (const r of f.runs) console.log(label, `offered ${r.offered}/s → ${r.throughput.toFixed(0)}/s p50 ${r.p50.toFixed(1)} ms p99 ${r.p99.toFixed(1)} ms (${r.answered}/${r.sent})`);
+    for (const r of f.burst) console.log(label, `burst ${r.sent} → ${r.throughput.toFixed(0)}/s`);
+  };
+  if (process.env.ONLY !== "core") show("telegram", await benchTelegramInbound(o));
+  if (process.env.ONLY !== "telegram") show("core", await benchCorePipeline(o));
+}

@@ -1,0 +1,104 @@
+/**
+ * `npm run bench`: every benchmark of bench/, one table on stdout, the same as JSON in
+ * bench/results/latest.json. Each figure is the median of repeated runs, with min and max.
+ * Benchmarks print figures; they never pass or fail a build (DESIGN "Tests").
+ *
+ *   npm run bench                 # everything (~2-3 minutes on 2 cores)
+ *   BENCH_ONLY=gateway npm run bench   # one group: inbound | gateway | send
+ */
+import { mkdirSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import { fileURLToPath } from "node:url";
+import { benchGateway } from "./gateway.js";
+import { benchCorePipeline, benchTelegramInbound, type InboundFigures, type InboundOptions } from "./inbound.js";
+import { benchSessionsSend } from "./sessions-send.js";
+import { spread, type Spread } from "./lib/stats.js";
+
+interface Row {
+  figure: string;
+  unit: string;
+  median: number;
+  min: number;
+  max: number;
+  /** The issue's bar, e.g. "< 25" or ">= 2000". */
+  bar?: string;
+  met?: boolean;
+  note?: string;
+}
+
+const rows: Row[] = [];
+
+function add(figure: string, unit: string, s: Spread, bar?: { op: "<" | ">="; value: number }, note?: string): void {
+  const row: Row = { figure, unit, median: round(s.median), min: round(s.min), max: round(s.max) };
+  if (bar) {
+    row.bar = `${bar.op} ${bar.value}`;
+    row.met = bar.op === "<" ? s.median < bar.value : s.median >= bar.value;
+  }
+  if (note) row.note = note;
+  rows.push(row);
+}
+
+function round(n: number): number {
+  return Math.abs(n) >= 100 ? Math.round(n) : Math.round(n * 100) / 100;
+}
+
+function inboundRows(label: string, f: InboundFigures, o: InboundOptions, note: string): void {
+  add(`${label}: max sustained throughput (${o.burst}-message burst drained)`, "msg/s", spread(f.burst.map((r) => r.throughput)), { op: ">=", value: 2000 }, note);
+  add(`${label}: answered at ${o.rate} msg/s offered (${o.seconds} s runs)`, "msg/s", spread(f.runs.map((r) => r.throughput)));
+  add(`${label}: added latency p50 at ${o.rate} msg/s`, "ms", spread(f.runs.map((r) => r.p50)));
+  add(`${label}: added latency p99 at ${o.rate} msg/s`, "ms", spread(f.runs.map((r) => r.p99)), { op: "<", value: 25 });
+}
+
+const only = process.env.BENCH_ONLY;
+const started = performance.now();
+const inbound: InboundOptions = { sessions: 1000, rate: 2000, seconds: 3, runs: 3, burst: 5000, maxConcurrent: 16 };
+
+if (!only || only === "inbound") {
+  process.stderr.write("bench: inbound, Telegram end to end…\n");
+  inboundRows("inbound, Telegram end to end", await benchTelegramInbound(inbound), inbound, "Bot API fake → real telegraf adapter (long polling) → daemon child process → model server process → sendMessage; 1,000 sessions");
+  process.stderr.write("bench: inbound, core pipeline…\n");
+  inboundRows("inbound, core pipeline", await benchCorePipeline(inbound), inbound, "router.accept → key, entry, transcript → model server process → outbox → recording adapter; daemon in the bench process");
+}
+if (!only || only === "gateway") {
+  process.stderr.write("bench: gateway with 10,000 and 100,000 sessions, memory, cold start…\n");
+  const g = await benchGateway({ runs: 5, calls: 100, starts: 3 });
+  add("sessions.list {limit:200}, 10,000 sessions: p50", "ms", g.list10k.p50, { op: "<", value: 10 });
+  add("sessions.list {limit:200}, 10,000 sessions: p99", "ms", g.list10k.p99);
+  add("sessions.list {limit:200}, 100,000 sessions: p50", "ms", g.list100k.p50, { op: "<", value: 25 });
+  add("sessions.list {limit:200}, 100,000 sessions: p99", "ms", g.list100k.p99);
+  add("sessions.patch, 100,000 sessions: p50", "ms", g.patch100k.p50, { op: "<", value: 3 });
+  add("sessions.patch, 100,000 sessions: p99", "ms", g.patch100k.p99);
+  add("chat.history {limit:200}, 10,000-message transcript: p50", "ms", g.history10k.p50, { op: "<", value: 15 });
+  add("chat.history {limit:200}, 10,000-message transcript: p99", "ms", g.history10k.p99);
+  add("resident memory, 100,000 sessions", "MB", g.rss100kMb, { op: "<", value: 400 }, "RSS of the daemon process after start and 100+ gateway calls");
+  add("cold start to listening, empty state", "ms", g.coldStartEmptyMs, { op: "<", value: 1500 }, "spawn `node src/bin.js start` → \"switchboard listening\" log line");
+  add("cold start to listening, 100,000 sessions", "ms", g.coldStart100kMs);
+}
+if (!only || only === "send") {
+  process.stderr.write("bench: sessions_send…\n");
+  const s = await benchSessionsSend({ runs: 5, calls: 40 });
+  add("sessions_send (wait mode) overhead beyond model time: p50", "ms", s.toolOverhead.p50, { op: "<", value: 10 }, "the session tool, in-process daemon, instant model");
+  add("sessions_send (wait mode) overhead beyond model time: p99", "ms", s.toolOverhead.p99);
+  add("gateway agent + agent.wait overhead beyond model time: p50", "ms", s.gatewayOverhead.p50, undefined, "same, through the WebSocket gateway");
+}
+
+const seconds = (performance.now() - started) / 1000;
+printTable(rows);
+const out = fileURLToPath(new URL("./results/", import.meta.url));
+mkdirSync(out, { recursive: true });
+writeFileSync(
+  `${out}latest.json`,
+  `${JSON.stringify({ at: new Date().toISOString(), node: process.version, cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, totalMemMb: Math.round(os.totalmem() / 2 ** 20), seconds: Math.round(seconds), rows }, null, 2)}\n`,
+);
+process.stdout.write(`\n${rows.length} figures in ${seconds.toFixed(0)} s on ${os.cpus().length} × ${os.cpus()[0]?.model ?? "cpu"}, Node ${process.version}; JSON: bench/results/latest.json\n`);
+
+function printTable(table: Row[]): void {
+  const head = ["figure", "median", "min", "max", "unit", "bar"];
+  const body = table.map((r) => [r.figure, String(r.median), String(r.min), String(r.max), r.unit, r.bar ? `${r.bar} ${r.met ? "✓" : "✗"}` : ""]);
+  const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i].length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join("  ");
+  process.stdout.write(`${line(head)}\n${widths.map((w) => "─".repeat(w)).join("  ")}\n`);
+  for (const b of body) process.stdout.write(`${line(b)}\n`);
+  const notes = table.filter((r) => r.note);
+  if (notes.length) process.stdout.write(`\n${notes.map((r) => `· ${r.figure}: ${r.note}`).join("\n")}\n`);
+}

@@ -1,0 +1,185 @@
+/**
+ * Hostile gateway traffic: thousands of generated frames — not JSON, JSON of the wrong shape,
+ * request frames with unknown or known methods and arbitrary, half-valid or hostile params,
+ * binary and oversized frames — on one authenticated connection, and random first frames on
+ * fresh connections. Every frame gets a well-formed response (ok, or an error with a known code
+ * and a message) within a bound; the connection and the daemon stay up; afterwards the store
+ * holds only well-formed session entries.
+ */
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Params } from "../../src/gateway/protocol.js";
+import { startHarness, type Harness } from "../helpers/harness.js";
+import { FUZZ_SEED, hostileString, hostileValue, mostly, shapedLike } from "../helpers/hostile.js";
+import { RawGateway, type ResponseFrame } from "../helpers/raw-gateway.js";
+import { RecordingAdapter } from "../helpers/recording-adapter.js";
+import { checkState } from "../helpers/state-check.js";
+
+const TOKEN = "fuzz-gateway-token-1234567890";
+const MAX_PAYLOAD = 64 * 1024;
+const FRAME_CASES = 3000;
+const HANDSHAKE_CASES = 300;
+const CASE_BOUND_MS = 5000;
+const ERROR_CODES = new Set(["INVALID_REQUEST", "UNAUTHORIZED", "FORBIDDEN", "NOT_FOUND", "UNAVAILABLE", "AGENT_TIMEOUT"]);
+const METHODS = Object.keys(Params);
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness({
+    config: { gateway: { auth: { token: TOKEN }, maxPayload: MAX_PAYLOAD }, agents: { defaults: { runTimeoutSeconds: 5 } } },
+    adapters: [new RecordingAdapter("telegram"), new RecordingAdapter("discord"), new RecordingAdapter("whatsapp")],
+  });
+});
+afterAll(async () => {
+  await h?.stop();
+});
+
+const sessionKey = fc.oneof(hostileString, fc.constantFrom("main", "agent:main:main", "agent:main:telegram:group:-100123", "agent:main:discord:channel:42", "agent:main:webchat:direct:op"), fc.stringMatching(/^agent:main:(telegram|discord|whatsapp):(group|channel|direct):[a-z0-9-]{1,12}$/));
+const text = fc.oneof(fc.string({ minLength: 1, maxLength: 60 }), hostileString);
+const key = fc.string({ minLength: 1, maxLength: 12 }).map((s) => `k-${s}`);
+
+/** Params that mostly pass validation, so the handlers themselves meet hostile values. */
+const plausible: Record<string, fc.Arbitrary<Record<string, unknown>>> = {
+  "sessions.list": fc.record({ limit: mostly(fc.integer({ min: 1, max: 300 })), activeMinutes: mostly(fc.integer({ min: 1, max: 1000 })), kinds: mostly(fc.subarray(["main", "group", "cron", "hook", "node", "other"])), search: mostly(text), label: mostly(text), spawnedBy: mostly(sessionKey), messageLimit: mostly(fc.integer({ min: 0, max: 50 })) }, { requiredKeys: [] }),
+  "sessions.resolve": fc.record({ key: mostly(sessionKey), sessionId: mostly(text), label: mostly(text) }, { requiredKeys: [] }),
+  "sessions.patch": fc.record({ key: mostly(sessionKey), sendPolicy: mostly(fc.constantFrom("allow", "deny", null)), label: mostly(fc.option(fc.string({ minLength: 1, maxLength: 64 }))), model: mostly(fc.constantFrom("fake/m", "nope/x", "m", null)), thinkingLevel: mostly(fc.constantFrom("low", "high", null)) }, { requiredKeys: ["key"] }),
+  "sessions.reset": fc.record({ key: mostly(sessionKey) }),
+  "sessions.delete": fc.record({ key: mostly(sessionKey), deleteTranscript: mostly(fc.boolean()) }, { requiredKeys: ["key"] }),
+  "chat.history": fc.record({ sessionKey: mostly(sessionKey), limit: mostly(fc.integer({ min: 1, max: 1000 })) }, { requiredKeys: ["sessionKey"] }),
+  "chat.send": fc.record({ sessionKey: mostly(sessionKey), message: mostly(text), idempotencyKey: mostly(key) }),
+  agent: fc.record({ message: mostly(text), idempotencyKey: mostly(key), sessionKey: mostly(sessionKey), deliver: mostly(fc.boolean()), channel: mostly(fc.constantFrom("telegram", "discord", "webchat", "last")), to: mostly(text), label: mostly(fc.string({ minLength: 1, maxLength: 64 })) }, { requiredKeys: ["message", "idempotencyKey"] }),
+  "agent.wait": fc.record({ runId: mostly(key), timeoutMs: fc.integer({ min: 0, max: 200 }) }),
+  send: fc.record({ to: mostly(text), message: mostly(text), channel: mostly(fc.constantFrom("telegram", "discord", "whatsapp", "webchat")), idempotencyKey: mostly(key), sessionKey: mostly(sessionKey) }, { requiredKeys: ["to", "message", "channel", "idempotencyKey"] }),
+  health: fc.constant({}),
+};
+
+/** Params shaped like the method's own (plausible, or some keys with hostile values), or anything at all. */
+function paramsFor(method: string): fc.Arbitrary<unknown> {
+  const schema = Object.hasOwn(Params, method) ? (Params as Record<string, { shape?: Record<string, unknown> }>)[method] : undefined;
+  const keys = schema?.shape ? Object.keys(schema.shape) : [];
+  return fc.oneof(
+    { weight: 6, arbitrary: Object.hasOwn(plausible, method) ? plausible[method] : shapedLike(keys) },
+    { weight: 2, arbitrary: shapedLike(keys) },
+    { weight: 1, arbitrary: hostileValue },
+    { weight: 1, arbitrary: fc.constant(undefined) },
+  );
+}
+
+type Frame = { kind: "text"; data: string; id?: string } | { kind: "binary"; data: Buffer };
+
+let seq = 0;
+const requestFrame = fc
+  .tuple(fc.oneof({ weight: 4, arbitrary: fc.constantFrom(...METHODS) }, { weight: 1, arbitrary: hostileString }), fc.option(hostileValue, { nil: undefined }))
+  .chain(([method, extra]) =>
+    paramsFor(method).map((params): Frame => {
+      const id = `f${++seq}`;
+      // agent.wait legitimately waits as long as asked (30 s by default) for a run that may come;
+      // keep each case bounded by asking for at most 200 ms.
+      if (method === "agent.wait" && params && typeof params === "object" && !Array.isArray(params)) {
+        const p = params as { timeoutMs?: unknown };
+        if (p.timeoutMs === undefined) p.timeoutMs = 200;
+        else if (typeof p.timeoutMs === "number") p.timeoutMs = Math.min(Math.abs(p.timeoutMs), 200);
+      }
+      const frame: Record<string, unknown> = { type: "req", id, method, ...(params === undefined ? {} : { params }) };
+      if (extra !== undefined) frame.extra = extra;
+      return { kind: "text", data: JSON.stringify(frame), id };
+    }),
+  );
+
+const anyFrame: fc.Arbitrary<Frame> = fc.oneof(
+  { weight: 12, arbitrary: requestFrame },
+  { weight: 1, arbitrary: fc.string({ maxLength: 200 }).map((data): Frame => ({ kind: "text", data })) },
+  { weight: 1, arbitrary: hostileValue.map((v): Frame => ({ kind: "text", data: JSON.stringify(v) ?? "null" })) },
+  { weight: 1, arbitrary: shapedLike(["type", "id", "method", "params"]).map((v): Frame => ({ kind: "text", data: JSON.stringify(v) })) },
+  { weight: 1, arbitrary: fc.uint8Array({ maxLength: 64 }).map((b): Frame => ({ kind: "binary", data: Buffer.from(b) })) },
+  { weight: 1, arbitrary: fc.integer({ min: MAX_PAYLOAD + 1, max: MAX_PAYLOAD * 2 }).map((n): Frame => ({ kind: "text", data: JSON.stringify({ type: "req", id: `big${n}`, method: "health", params: { pad: "x".repeat(n) } }) })) },
+);
+
+function wellFormed(r: ResponseFrame): string | undefined {
+  if (r.type !== "res" || typeof r.id !== "string" || typeof r.ok !== "boolean") return `malformed response ${JSON.stringify(r).slice(0, 200)}`;
+  if (r.ok) return r.payload === undefined ? `ok response without payload: ${JSON.stringify(r).slice(0, 200)}` : undefined;
+  if (!r.error || !ERROR_CODES.has(r.error.code) || typeof r.error.message !== "string" || !r.error.message) return `bad error ${JSON.stringify(r.error).slice(0, 200)}`;
+  return undefined;
+}
+
+describe("gateway under hostile frames", () => {
+  it(`fuzz: ${FRAME_CASES} generated frames on one connection each get a well-formed answer, the connection and daemon stay up`, async () => {
+    const gw = await RawGateway.open(h.url);
+    expect((await gw.handshake(TOKEN)).ok).toBe(true);
+    await fc.assert(
+      fc.asyncProperty(anyFrame, async (frame) => {
+        const before = gw.responses.length;
+        gw.send(frame.data);
+        const first = await gw.response(frame.kind === "text" && frame.id ? frame.id : null, CASE_BOUND_MS, before).catch(() => gw.response(null, 1, before));
+        const problem = wellFormed(first);
+        if (problem) throw new Error(`${problem} for frame ${frame.kind === "text" ? frame.data.slice(0, 300) : "<binary>"}`);
+        // `agent` answers twice: the final answer must come too.
+        if (first.ok && (first.payload as { status?: string })?.status === "accepted") {
+          const final = await gw.response(first.id, CASE_BOUND_MS, gw.responses.indexOf(first) + 1);
+          const p2 = wellFormed(final);
+          if (p2) throw new Error(`${p2} (final answer) for ${frame.kind === "text" ? frame.data.slice(0, 300) : ""}`);
+        }
+        if (gw.closed) throw new Error(`connection closed (${gw.closed.code} ${gw.closed.reason}) after ${frame.kind === "text" ? frame.data.slice(0, 300) : "<binary>"}`);
+      }),
+      { numRuns: FRAME_CASES, seed: FUZZ_SEED, endOnFailure: true },
+    );
+    const ok = gw.responses.filter((r) => r.ok).length;
+    console.info(`gateway fuzz: ${FRAME_CASES} frames → ${gw.responses.length} responses (${ok} ok, ${gw.responses.length - ok} errors: ${[...new Set(gw.responses.filter((r) => !r.ok).map((r) => r.error?.code))].join(", ")})`);
+    expect(ok).toBeGreaterThan(FRAME_CASES / 10);
+    expect(gw.garbage).toEqual([]);
+    const health = await (async () => {
+      gw.send(JSON.stringify({ type: "req", id: "final-health", method: "health", params: {} }));
+      return gw.response("final-health", CASE_BOUND_MS);
+    })();
+    expect(health.ok).toBe(true);
+    gw.close();
+  }, 120_000);
+
+  it(`fuzz: ${HANDSHAKE_CASES} random first frames are refused with an error (or accepted only with the right token) and never crash the gateway`, async () => {
+    const firstFrame = fc.oneof(
+      requestFrame,
+      shapedLike(["minProtocol", "maxProtocol", "client", "role", "scopes", "auth", "nodeId"]).map((params): Frame => ({ kind: "text", data: JSON.stringify({ type: "req", id: "c", method: "connect", params }), id: "c" })),
+      fc.record({ token: mostly(fc.constantFrom(TOKEN, `${TOKEN}x`, TOKEN.slice(1), "", TOKEN.toUpperCase())) }).map(
+        ({ token }): Frame => ({ kind: "text", data: JSON.stringify({ type: "req", id: "c", method: "connect", params: { minProtocol: 3, maxProtocol: 4, client: { id: "x", version: "1", platform: "p", mode: "m" }, auth: { token } } }), id: "c" }),
+      ),
+      fc.string({ maxLength: 100 }).map((data): Frame => ({ kind: "text", data })),
+    );
+    await fc.assert(
+      fc.asyncProperty(firstFrame, async (frame) => {
+        const gw = await RawGateway.open(h.url);
+        try {
+          const before = gw.responses.length;
+          gw.send(frame.data);
+          const r = await gw.response(null, CASE_BOUND_MS, before);
+          const problem = wellFormed(r);
+          if (problem) throw new Error(`${problem} for first frame ${frame.kind === "text" ? frame.data.slice(0, 300) : ""}`);
+          const params = (() => {
+            try {
+              return JSON.parse(frame.kind === "text" ? frame.data : "{}") as { method?: string; params?: { auth?: { token?: unknown } } };
+            } catch {
+              return {};
+            }
+          })();
+          if (r.ok) {
+            // Only a connect carrying the exact token may succeed.
+            expect(params.method).toBe("connect");
+            expect(params.params?.auth?.token).toBe(TOKEN);
+          } else {
+            await gw.until(() => gw.closed !== undefined, CASE_BOUND_MS);
+          }
+        } finally {
+          gw.close();
+        }
+      }),
+      { numRuns: HANDSHAKE_CASES, seed: FUZZ_SEED + 1, endOnFailure: true },
+    );
+  }, 120_000);
+
+  it("fuzz: after the hostile traffic every session entry in the store is well-formed", async () => {
+    await h.app.router.idle();
+    await h.app.sessions.flush();
+    await h.app.transcripts.flush();
+    const { problems } = await checkState(h.stateDir);
+    expect(problems).toEqual([]);
+  });
+});

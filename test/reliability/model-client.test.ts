@@ -1,0 +1,85 @@
+/**
+ * The OpenAI-compatible client (src/agents/models/openai-chat.ts replaced the `openai` SDK for
+ * speed, see bench/): it must keep the SDK's robustness — retry transient failures (connection
+ * errors, 408/409/429/5xx) honouring the server's retry-after, not retry permanent ones, stop on
+ * abort, time out a silent server, and report errors as "<status> <server message>" without the
+ * API key a server may echo back.
+ */
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import { createOpenAiChatProvider } from "../../src/agents/models/openai-chat.js";
+import { FakeModelServer } from "../fakes/model-server.js";
+
+const servers: Array<{ stop(): Promise<void> }> = [];
+afterEach(async () => {
+  for (const s of servers.splice(0)) await s.stop();
+});
+
+async function fake(responder: ConstructorParameters<typeof FakeModelServer>[0]): Promise<{ model: FakeModelServer; baseUrl: string }> {
+  const model = new FakeModelServer(responder);
+  const baseUrl = await model.start();
+  servers.push(model);
+  return { model, baseUrl };
+}
+
+const ask = (baseUrl: string, extra: Partial<Parameters<typeof createOpenAiChatProvider>[0]> = {}, signal?: AbortSignal) =>
+  createOpenAiChatProvider({ id: "p", baseUrl, timeoutMs: 5000, ...extra }).complete({ model: "m", messages: [{ role: "user", content: "hi" }], tools: [], signal });
+
+describe("model client robustness", () => {
+  it("model-client: retries a 500 and a 429 with backoff and then succeeds", async () => {
+    const { model, baseUrl } = await fake((_req, i) => (i === 0 ? { status: 500, error: "boom" } : i === 1 ? { status: 429, error: "slow down" } : { content: "fine" }));
+    const res = await ask(baseUrl);
+    expect(res.content).toBe("fine");
+    expect(model.requests).toHaveLength(3);
+  });
+
+  it("model-client: a 400 is not retried and reads '<status> <message>'", async () => {
+    const { model, baseUrl } = await fake(() => ({ status: 400, error: "context too long" }));
+    await expect(ask(baseUrl)).rejects.toThrow("model call failed (p/m, HTTP 400): 400 context too long");
+    expect(model.requests).toHaveLength(1);
+  });
+
+  it("model-client: gives up after two retries", async () => {
+    const { model, baseUrl } = await fake(() => ({ status: 503, error: "overloaded" }));
+    await expect(ask(baseUrl, { maxRetries: 2 })).rejects.toThrow(/HTTP 503/);
+    expect(model.requests).toHaveLength(3);
+  }, 10_000);
+
+  it("model-client: a connection refused is retried, then reported as a connection error", async () => {
+    const closed = http.createServer();
+    await new Promise<void>((r) => closed.listen(0, "127.0.0.1", r));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise((r) => closed.close(r));
+    await expect(ask(`http://127.0.0.1:${port}/v1`, { maxRetries: 1 })).rejects.toThrow(/Connection error/);
+  });
+
+  it("model-client: an abort ends the call at once, also during a retry wait", async () => {
+    const { baseUrl } = await fake(() => ({ content: "late", delayMs: 10_000 }));
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(new Error("stop")), 50);
+    const t = Date.now();
+    await expect(ask(baseUrl, {}, ac.signal)).rejects.toThrow("stop");
+    expect(Date.now() - t).toBeLessThan(5000);
+  });
+
+  it("model-client: a server that never answers times out", async () => {
+    const { baseUrl } = await fake(() => ({ content: "never", delayMs: 10_000 }));
+    await expect(ask(baseUrl, { timeoutMs: 200, maxRetries: 0 })).rejects.toThrow(/timed out/);
+  });
+
+  it("model-client: an API key echoed in the server's error never reaches the error message", async () => {
+    const key = "sk-test-echoed-key-123456";
+    const { model, baseUrl } = await fake(() => ({ status: 401, error: `Incorrect API key provided: ${key}` }));
+    const err = await ask(baseUrl, { apiKey: key }).catch((e: Error) => e);
+    expect(String(err)).toMatch(/401 Incorrect API key provided: \[redacted\]/);
+    expect(String(err)).not.toContain(key);
+    expect(model.requests).toHaveLength(1);
+  });
+
+  it("model-client: tool calls, usage and finish reason are read from the reply", async () => {
+    const { baseUrl } = await fake(() => ({ content: null, toolCalls: [{ name: "sessions_list", arguments: { limit: 2 } }], usage: { prompt_tokens: 7, completion_tokens: 3 } }));
+    const res = await ask(baseUrl);
+    expect(res).toMatchObject({ content: "", toolCalls: [{ name: "sessions_list", arguments: '{"limit":2}' }], usage: { input: 7, output: 3 }, finishReason: "tool_calls" });
+  });
+});

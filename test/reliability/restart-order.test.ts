@@ -1,0 +1,44 @@
+/**
+ * Order across a restart: messages (and their replies) that were accepted but not finished when
+ * the daemon went down are resumed in arrival order — also when a whole batch was accepted
+ * within one millisecond (a Telegram getUpdates batch), where ids like "…:10" sort before "…:9".
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { inbound, startHarness, type Harness } from "../helpers/harness.js";
+import { RecordingAdapter } from "../helpers/recording-adapter.js";
+
+const harnesses: Harness[] = [];
+const dirs: string[] = [];
+afterEach(async () => {
+  for (const h of harnesses.splice(0).reverse()) await h.stop({ keepState: true }).catch(() => undefined);
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+describe("restart keeps arrival order", () => {
+  it("restart-order: a batch accepted within one millisecond resumes after a restart in arrival order", async () => {
+    const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-order-"));
+    dirs.push(stateDir);
+    // Daemon A accepts twelve messages of one chat at once, then hangs in its first model call:
+    // all twelve are durably accepted and none is finished (as if it had been killed now).
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const a = await startHarness({ stateDir, adapters: [new RecordingAdapter("telegram")], responder: async () => (await gate, { content: "late" }) });
+    harnesses.push(a);
+    const batch = Array.from({ length: 12 }, (_, i) => inbound({ peerId: "4242", to: "4242", senderId: "4242", text: `n${i + 1}`, messageId: `4242:${i + 1}` }));
+    await Promise.all(batch.map((m) => a.app.router.accept(m)));
+    const stored = (await a.app.kv.space<{ id: string; receivedAt: number }>("inbound").entries()).map(([, r]) => r);
+    const byArrival = batch.map((m) => stored.find((r) => r.id === `telegram:default:${m.messageId}`)?.receivedAt ?? Number.NaN);
+    expect(byArrival.every((t, i) => i === 0 || t > byArrival[i - 1])).toBe(true);
+
+    // Daemon B starts on the same state directory and resumes them: replies in arrival order.
+    const adapter = new RecordingAdapter("telegram");
+    const b = await startHarness({ stateDir, adapters: [adapter] });
+    harnesses.push(b);
+    await vi.waitFor(() => expect(adapter.textsTo("4242")).toHaveLength(12), { timeout: 10_000 });
+    expect(adapter.textsTo("4242")).toEqual(batch.map((m) => `echo: ${m.text}`));
+    release();
+  });
+});

@@ -1,0 +1,65 @@
+/**
+ * The gateway's door: with a token configured, a connection without it — or with anything but
+ * exactly it — is refused (an UNAUTHORIZED answer, then the socket closes), and nothing but
+ * `connect` is served before a successful handshake.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startHarness, type Harness } from "../helpers/harness.js";
+import { RawGateway } from "../helpers/raw-gateway.js";
+
+const TOKEN = "gw-secret-4f1c9a7e2b6d";
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness({ config: { gateway: { auth: { token: TOKEN } } } });
+});
+afterAll(async () => {
+  await h?.stop();
+});
+
+describe("gateway authentication", () => {
+  const wrong: Array<[string, string | undefined]> = [
+    ["no token at all", undefined],
+    ["an empty token", ""],
+    ["a different token", "not-the-token-at-all!!"],
+    ["the token minus its last character", TOKEN.slice(0, -1)],
+    ["the token plus one character", `${TOKEN}x`],
+    ["the token with a trailing space", `${TOKEN} `],
+    ["the token in upper case", TOKEN.toUpperCase()],
+    ["a same-length token differing in one character", `${TOKEN.slice(0, -1)}f`],
+    ["the token's environment placeholder", "${SWITCHBOARD_GATEWAY_TOKEN}"],
+  ];
+
+  it.each(wrong)("security: a connect with %s is refused with UNAUTHORIZED and the socket is closed", async (_what, token) => {
+    const gw = await RawGateway.open(h.url);
+    const res = await gw.handshake(token);
+    expect(res.ok).toBe(false);
+    expect(res.error?.code).toBe("UNAUTHORIZED");
+    await gw.until(() => gw.closed !== undefined, 5000);
+    expect(gw.closed?.code).toBe(1008);
+  });
+
+  it("security: no method is served before the handshake, and a refused socket served nothing", async () => {
+    const gw = await RawGateway.open(h.url);
+    gw.send(JSON.stringify({ type: "req", id: "early", method: "sessions.list", params: {} }));
+    const res = await gw.response("early", 5000);
+    expect(res.ok).toBe(false);
+    expect(res.error?.message).toMatch(/first frame must be a "connect" request/);
+    await gw.until(() => gw.closed !== undefined, 5000);
+    expect(gw.responses.filter((r) => r.ok)).toEqual([]);
+  });
+
+  it("security: token in the wrong place (params.token, client.id, query string) does not authenticate", async () => {
+    const gw = await RawGateway.open(`${h.url}?token=${TOKEN}`);
+    gw.send(JSON.stringify({ type: "req", id: "c", method: "connect", params: { minProtocol: 3, maxProtocol: 4, token: TOKEN, client: { id: TOKEN, version: "1", platform: "p", mode: "m" }, auth: { password: TOKEN } } }));
+    const res = await gw.response("c", 5000);
+    expect(res.ok).toBe(false);
+    expect(res.error?.code).toBe("UNAUTHORIZED");
+  });
+
+  it("security: exactly the token is accepted (the control case)", async () => {
+    const gw = await RawGateway.open(h.url);
+    const res = await gw.handshake(TOKEN);
+    expect(res.ok).toBe(true);
+    gw.close();
+  });
+});

@@ -1,0 +1,143 @@
+/**
+ * Sandboxed sessions see only what they spawned (R9, R42; agents.defaults.sandbox.mode
+ * "non-main", sessionToolsVisibility "spawned"). A sandboxed group session must not read, list or
+ * send to any other session — named by key, by sessionId, by label, or by a spelling or prefix
+ * trick — and the refusal must not reveal whether that session exists. Its own child stays
+ * reachable (the control case).
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { AgentTool, ToolContext } from "../../src/tools/types.js";
+import { inbound, startHarness, type Harness } from "../helpers/harness.js";
+import { RecordingAdapter } from "../helpers/recording-adapter.js";
+import { call, features, lastToolResult, stepOf, toolDriver } from "../helpers/tool-driver.js";
+
+const ME = "agent:main:telegram:group:-100100";
+const OTHER = "agent:main:telegram:group:-200200";
+const OTHER_CHILD = "agent:main:subagent:aaaaaaaa-0000-4000-8000-000000000001";
+const MAIN = "agent:main:main";
+
+let h: Harness;
+let myChild: string;
+const tools = new Map<string, AgentTool>();
+
+beforeAll(async () => {
+  h = await startHarness({
+    config: { agents: { defaults: { sandbox: { mode: "non-main", sessionToolsVisibility: "spawned" } } }, channels: { telegram: { enabled: false, requireMention: false } } },
+    adapters: [new RecordingAdapter("telegram")],
+    responder: toolDriver((req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" || step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined)),
+  });
+  const { sessions } = h.app;
+  await sessions.upsert(MAIN, "main", { chatType: "direct", lastChannel: "telegram", label: "boss" });
+  await sessions.upsert(OTHER, "main", { chatType: "group", channel: "telegram", label: "secret", displayName: "Other team" });
+  await sessions.upsert(OTHER_CHILD, "main", { spawnedBy: OTHER, label: "dup" });
+  // The sandboxed group spawns its own child for real (sessions_spawn through a run).
+  await h.app.router.accept(inbound({ chatType: "group", peerId: "-100100", to: "-100100", wasMentioned: true, text: call("sessions_spawn", { task: "research", label: "mine" }) }));
+  await h.app.router.idle();
+  const spawned = await lastToolResult<{ childSessionKey?: string; status: string }>(h.app, ME);
+  expect(spawned.status).toBe("accepted");
+  myChild = spawned.childSessionKey as string;
+  await features(h).background.idle(10_000);
+  for (const t of h.app.toolsFor({ sessionKey: ME, agentId: "main" })) tools.set(t.name, t);
+});
+afterAll(async () => {
+  await h?.stop();
+});
+
+const ctx = (): ToolContext => ({ sessionKey: ME, agentId: "main", runId: `sec-${Math.random()}`, signal: new AbortController().signal, origin: { channel: "telegram", to: "-100100", accountId: "default" } });
+const run = (name: string, args: unknown) => tools.get(name)!.execute(args, ctx()) as Promise<Record<string, any>>;
+
+/** Every way of naming a session the sandboxed group did not spawn. */
+function otherRefs(): Array<[string, Record<string, unknown>]> {
+  const other = h.app.sessions.require(OTHER);
+  const otherChild = h.app.sessions.require(OTHER_CHILD);
+  const main = h.app.sessions.require(MAIN);
+  return [
+    ["another group by key", { sessionKey: OTHER }],
+    ["another group by sessionId", { sessionKey: other.sessionId }],
+    ["another group by label", { label: "secret" }],
+    ["another group's child by key", { sessionKey: OTHER_CHILD }],
+    ["another group's child by sessionId", { sessionKey: otherChild.sessionId }],
+    ["another group's child by label", { label: "dup" }],
+    ["the main session as main", { sessionKey: "main" }],
+    ["the main session by key", { sessionKey: MAIN }],
+    ["the main session by sessionId", { sessionKey: main.sessionId }],
+    ["the main session by label", { label: "boss" }],
+    ["a key in upper case", { sessionKey: OTHER.toUpperCase() }],
+    ["a key with spaces around", { sessionKey: `  ${OTHER}  ` }],
+    ["a key prefix", { sessionKey: OTHER.slice(0, -2) }],
+    ["a key with a suffix", { sessionKey: `${OTHER}:topic:1` }],
+    ["my own key with a suffix", { sessionKey: `${ME}:x` }],
+    ["a sub-agent key prefix", { sessionKey: "agent:main:subagent:" }],
+    ["a sub-agent key with a partial uuid", { sessionKey: OTHER_CHILD.slice(0, -6) }],
+    ["a sessionId prefix", { sessionKey: other.sessionId.slice(0, 8) }],
+    ["a sessionId in upper case", { sessionKey: other.sessionId.toUpperCase() }],
+    ["the reserved key global", { sessionKey: "global" }],
+    ["another agent's spelling", { sessionKey: OTHER.replace("agent:main:", "agent:other:") }],
+    ["the cron/hook namespaces", { sessionKey: "cron:daily" }],
+  ];
+}
+
+function leaks(result: Record<string, any>, input: Record<string, unknown>): string[] {
+  const text = JSON.stringify(result);
+  const secrets = [OTHER, OTHER_CHILD, MAIN, h.app.sessions.require(OTHER).sessionId, h.app.sessions.require(OTHER_CHILD).sessionId, h.app.sessions.require(MAIN).sessionId, "Other team"];
+  const given = JSON.stringify(input).toLowerCase();
+  return secrets.filter((s) => text.toLowerCase().includes(s.toLowerCase()) && !given.includes(s.toLowerCase()));
+}
+
+describe("sandboxed session visibility (R9, R42)", () => {
+  it("security: sessions_list from a sandboxed session shows only the sessions it spawned", async () => {
+    for (const args of [{}, { limit: 200 }, { kinds: ["main", "group", "other", "cron", "hook", "node"] }, { messageLimit: 5 }, { activeMinutes: 10_000 }]) {
+      const res = await run("sessions_list", args);
+      const keys = (res.sessions as Array<{ key: string }>).map((s) => s.key);
+      expect(keys, JSON.stringify(args)).toEqual([myChild]);
+    }
+  });
+
+  it("security: sessions_history refuses every other session, by key, sessionId, label or prefix trick, without saying whether it exists", async () => {
+    for (const [what, ref] of otherRefs()) {
+      if (!("sessionKey" in ref)) continue;
+      const res = await run("sessions_history", ref);
+      expect(res.status, what).toMatch(/^(forbidden|error)$/);
+      expect(res.messages, what).toBeUndefined();
+      expect(leaks(res, ref), what).toEqual([]);
+    }
+    // An existing hidden session and a session that does not exist get the same answer.
+    const hidden = await run("sessions_history", { sessionKey: OTHER });
+    const missing = await run("sessions_history", { sessionKey: "agent:main:telegram:group:-999999" });
+    expect(hidden.status).toBe(missing.status);
+    expect(String(hidden.error).replace(OTHER, "<ref>")).toBe(String(missing.error).replace("agent:main:telegram:group:-999999", "<ref>"));
+  });
+
+  it("security: sessions_send refuses every other session and starts no run there", async () => {
+    const transcriptOf = async (key: string) => h.app.transcripts.readMessages(h.app.sessions.transcriptPath(h.app.sessions.require(key)));
+    const before = { other: (await transcriptOf(OTHER)).length, child: (await transcriptOf(OTHER_CHILD)).length, main: (await transcriptOf(MAIN)).length };
+    const requests = h.model.requests.length;
+    for (const [what, ref] of otherRefs()) {
+      const res = await run("sessions_send", { ...ref, message: "leak your history", timeoutSeconds: 1 });
+      expect(res.status, what).toMatch(/^(forbidden|error)$/);
+      expect(res.reply, what).toBeUndefined();
+      expect(leaks(res, ref), what).toEqual([]);
+    }
+    await features(h).background.idle(5000);
+    expect({ other: (await transcriptOf(OTHER)).length, child: (await transcriptOf(OTHER_CHILD)).length, main: (await transcriptOf(MAIN)).length }).toEqual(before);
+    expect(h.model.requests.slice(requests).filter((r) => stepOf(r) !== "plain" || /Current session: (?!agent:main:telegram:group:-100100)/.test(String(r.messages[0]?.content)))).toEqual([]);
+  });
+
+  it("security: its own child stays reachable by key and by label (the control case)", async () => {
+    const res = await run("sessions_history", { sessionKey: myChild });
+    expect(res.status ?? "ok").not.toMatch(/forbidden|error/);
+    expect(Array.isArray(res.messages)).toBe(true);
+    const sent = await run("sessions_send", { label: "mine", message: "status?", timeoutSeconds: 5 });
+    expect(sent.status).toBe("ok");
+    expect(sent.sessionKey).toBe(myChild);
+    await features(h).background.idle(5000);
+  });
+
+  it("security: the same refusal holds when the model itself asks (tool call inside a real run)", async () => {
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100100", to: "-100100", wasMentioned: true, text: call("sessions_history", { sessionKey: OTHER }) }));
+    await h.app.router.idle();
+    const res = await lastToolResult(h.app, ME);
+    expect(res.status).toBe("forbidden");
+    expect(res.messages).toBeUndefined();
+  });
+});
