@@ -83,8 +83,10 @@ export interface RouterDeps extends CommandDeps {
 }
 
 const DONE_RETENTION_MS = 24 * 3600_000;
-/** A run still going after this long shows the typing indicator. */
+/** A run still going after this long shows the typing indicator… */
 const TYPING_DELAY_MS = 500;
+/** …at most once per chat in this long (Telegram shows it for 5 s, Discord for 10 s). */
+const TYPING_MIN_GAP_MS = 4000;
 /** How far back a resumed message is looked for in its transcript. */
 const RESUME_LOOKBACK = 50;
 const MAX_DONE_IDS = 200_000;
@@ -98,6 +100,8 @@ export class InboundRouter {
   /** Messages accepted before a restart and not finished (their transcript line may exist). */
   private readonly resumed = new Set<string>();
   private lastReceivedAt = 0;
+  /** When each chat last got a typing indicator (bounded). */
+  private readonly lastTyping = new Map<string, number>();
 
   constructor(private readonly deps: RouterDeps) {}
 
@@ -294,10 +298,21 @@ export class InboundRouter {
 
   private async runWithTyping(route: Route, msg: InboundMessage, inboundId: string, target: OutboundTarget): Promise<RunOutcome> {
     const adapter = this.deps.adapter(msg.channel, msg.accountId);
-    const typing = () => void adapter?.typing?.(target).catch(() => undefined);
     // Only a run that takes a noticeable time shows the indicator: a faster reply would just
     // flicker it, and every indicator is one more platform API call competing with replies for
     // the bot's rate limits (an extra HTTP call per message cost ~12% of inbound throughput, bench/).
+    // And at most one per chat every few seconds (the platforms show it that long): under load
+    // every reply is slow, and an indicator per message added a third more API calls exactly
+    // when the daemon could least afford them.
+    const chat = `${target.channel}|${target.accountId}|${target.to}|${target.threadId ?? ""}`;
+    const typing = () => {
+      const now = Date.now();
+      if (now - (this.lastTyping.get(chat) ?? 0) < TYPING_MIN_GAP_MS) return;
+      this.lastTyping.delete(chat);
+      this.lastTyping.set(chat, now);
+      if (this.lastTyping.size > 10_000) this.lastTyping.delete(this.lastTyping.keys().next().value as string);
+      void adapter?.typing?.(target).catch(() => undefined);
+    };
     let timer: NodeJS.Timeout | undefined;
     const first = setTimeout(() => {
       typing();

@@ -26,7 +26,7 @@ describe("inbound router", () => {
     expect(entry).toMatchObject({ lastChannel: "telegram", lastTo: "1001", lastAccountId: "default", chatType: "direct", displayName: "Ada", deliveryContext: { channel: "telegram", to: "1001", accountId: "default" } });
   });
 
-  it("typing shows only for a run that takes a noticeable time (an instant reply sends none)", async () => {
+  it("typing shows only for a run that takes a noticeable time (an instant reply sends none), at most once per chat every few seconds", async () => {
     const { h, telegram } = await boot();
     await h.app.router.accept(inbound({ text: "quick", peerId: "1001", to: "1001" }));
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: quick"]));
@@ -34,6 +34,10 @@ describe("inbound router", () => {
     h.model.setResponder(() => ({ content: "slow answer", delayMs: 900 }));
     await h.app.router.accept(inbound({ text: "slow", peerId: "1001", to: "1001" }));
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: quick", "slow answer"]));
+    expect(telegram.typingCalls.map((t) => t.to)).toEqual(["1001"]);
+    // A second slow run in the same chat right after: the indicator is not repeated within seconds.
+    await h.app.router.accept(inbound({ text: "slow again", peerId: "1001", to: "1001" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toHaveLength(3));
     expect(telegram.typingCalls.map((t) => t.to)).toEqual(["1001"]);
   });
 

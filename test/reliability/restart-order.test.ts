@@ -18,7 +18,7 @@ afterEach(async () => {
 });
 
 describe("restart keeps arrival order", () => {
-  it("restart-order: a batch accepted within one millisecond resumes after a restart in arrival order", async () => {
+  it("restart-order: a batch accepted within one millisecond resumes after a restart in arrival order, each message recorded once", async () => {
     const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-order-"));
     dirs.push(stateDir);
     // Daemon A accepts twelve messages of one chat at once, then hangs in its first model call:
@@ -39,6 +39,12 @@ describe("restart keeps arrival order", () => {
     harnesses.push(b);
     await vi.waitFor(() => expect(adapter.textsTo("4242")).toHaveLength(12), { timeout: 10_000 });
     expect(adapter.textsTo("4242")).toEqual(batch.map((m) => `echo: ${m.text}`));
+    // Daemon A had already written the first message into the transcript before it "died": the
+    // resumed message is not recorded a second time (each message once, in order).
+    await b.app.transcripts.flush();
+    const entry = b.app.sessions.require("agent:main:main");
+    const said = (await b.app.transcripts.readMessages(b.app.sessions.transcriptPath(entry))).filter((m) => m.role === "user").map((m) => m.content);
+    expect(said).toEqual(batch.map((m) => m.text));
     release();
   });
 });
