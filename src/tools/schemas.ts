@@ -4,6 +4,7 @@
  * and no top-level anyOf/oneOf — some providers reject both).
  */
 import { z } from "zod";
+import type { AgentTool, ToolContext } from "./types.js";
 import { SESSION_KINDS } from "../sessions/keys.js";
 
 /** A required string whose message names the field whether it is missing or blank. */
@@ -86,4 +87,24 @@ export function parseArgs<T>(schema: z.ZodType<T>, args: unknown): Parsed<T> {
     return field && !issue.message.startsWith(field.split(".")[0]) ? `${field}: ${issue.message}` : issue.message;
   });
   return { ok: false, error: [...new Set(messages)].join("; ") };
+}
+
+/** A tool whose arguments are validated against `params` before `run` sees them. */
+export function defineTool<S extends z.ZodType, R>(def: {
+  name: string;
+  description: string;
+  params: S;
+  /** The tool's own error result for arguments that do not validate. */
+  invalid: (error: string) => R;
+  run: (args: z.infer<S>, ctx: ToolContext) => Promise<R>;
+}): AgentTool {
+  return {
+    name: def.name,
+    description: def.description,
+    parameters: toolParameters(def.params),
+    async execute(args, ctx) {
+      const parsed = parseArgs(def.params as z.ZodType<z.infer<S>>, args);
+      return parsed.ok ? def.run(parsed.value, ctx) : def.invalid(parsed.error);
+    },
+  };
 }

@@ -6,7 +6,7 @@
 import type { App } from "../app.js";
 import { displayKey } from "../sessions/keys.js";
 import type { TranscriptMessage } from "../sessions/transcript.js";
-import { parseArgs, SessionsHistoryParams, toolParameters } from "./schemas.js";
+import { defineTool, SessionsHistoryParams } from "./schemas.js";
 import { resolveTarget } from "./target.js";
 import type { AgentTool } from "./types.js";
 import type { SessionView } from "./visibility.js";
@@ -35,14 +35,12 @@ export type SessionsHistoryResult =
   | { status: "error" | "forbidden"; error: string };
 
 export function createSessionsHistoryTool(app: App, view: SessionView): AgentTool {
-  return {
+  return defineTool({
     name: "sessions_history",
     description: "Fetch a session's transcript (raw messages, oldest first). Tool results are left out unless includeTools is true.",
-    parameters: toolParameters(SessionsHistoryParams),
-    async execute(args): Promise<SessionsHistoryResult> {
-      const parsed = parseArgs(SessionsHistoryParams, args);
-      if (!parsed.ok) return { status: "error", error: parsed.error };
-      const p = parsed.value;
+    params: SessionsHistoryParams,
+    invalid: (error): SessionsHistoryResult => ({ status: "error", error }),
+    async run(p): Promise<SessionsHistoryResult> {
       const target = resolveTarget(app, view, { sessionKey: p.sessionKey }, "history");
       if (!target.ok) return { status: target.status, error: target.error };
       const limit = Math.min(Math.floor(p.limit ?? HISTORY_LIMIT_DEFAULT), HISTORY_LIMIT_MAX);
@@ -52,7 +50,7 @@ export function createSessionsHistoryTool(app: App, view: SessionView): AgentToo
       const selected = (includeTools ? read : read.filter((m) => m.role !== "toolResult")).slice(-limit);
       return { sessionKey: displayKey(target.key), sessionId: target.entry.sessionId, ...capHistory(selected) };
     },
-  };
+  });
 }
 
 /** Cuts long texts, then drops the oldest messages until the JSON fits `maxBytes`. Pure. */

@@ -6,7 +6,7 @@
 import type { App } from "../app.js";
 import type { SessionKind } from "../sessions/keys.js";
 import { toSessionRow, type SessionRow } from "../sessions/rows.js";
-import { parseArgs, SessionsListParams, toolParameters } from "./schemas.js";
+import { defineTool, SessionsListParams } from "./schemas.js";
 import type { AgentTool } from "./types.js";
 import { visibilityOf, type SessionView } from "./visibility.js";
 
@@ -16,14 +16,12 @@ export const MESSAGE_LIMIT_MAX = 20;
 export type SessionsListResult = { count: number; sessions: SessionRow[] } | { status: "error"; error: string };
 
 export function createSessionsListTool(app: App, view: SessionView): AgentTool {
-  return {
+  return defineTool({
     name: "sessions_list",
     description: "List sessions (chats, groups, cron jobs, hooks, nodes, sub-agents) as rows, newest first. Optionally include each session's last messages.",
-    parameters: toolParameters(SessionsListParams),
-    async execute(args): Promise<SessionsListResult> {
-      const parsed = parseArgs(SessionsListParams, args);
-      if (!parsed.ok) return { status: "error", error: parsed.error };
-      const p = parsed.value;
+    params: SessionsListParams,
+    invalid: (error): SessionsListResult => ({ status: "error", error }),
+    async run(p): Promise<SessionsListResult> {
       const limit = Math.min(Math.floor(p.limit ?? LIST_LIMIT_MAX), LIST_LIMIT_MAX);
       const messageLimit = Math.min(Math.floor(p.messageLimit ?? 0), MESSAGE_LIMIT_MAX);
       const entries = app.sessions.list({
@@ -44,7 +42,7 @@ export function createSessionsListTool(app: App, view: SessionView): AgentTool {
       );
       return { count: sessions.length, sessions };
     },
-  };
+  });
 }
 
 /** The last N messages without tool results (R8); reads a few more so stripping leaves N. */

@@ -14,7 +14,7 @@ import { deriveRowChannel, displayKey } from "../sessions/keys.js";
 import { runAgentToAgentFlow } from "./a2a-flow.js";
 import { messageContextPrompt } from "./a2a-prompts.js";
 import type { BackgroundTasks } from "./background.js";
-import { parseArgs, SessionsSendParams, toolParameters } from "./schemas.js";
+import { defineTool, SessionsSendParams } from "./schemas.js";
 import { resolveTarget } from "./target.js";
 import type { AgentTool, ToolContext } from "./types.js";
 import type { SessionView } from "./visibility.js";
@@ -36,15 +36,13 @@ export interface SendToolDeps {
 
 export function createSessionsSendTool(deps: SendToolDeps, view: SessionView): AgentTool {
   const { app } = deps;
-  return {
+  return defineTool({
     name: "sessions_send",
     description:
       "Send a message to another session and (by default) wait for its reply. timeoutSeconds 0 returns at once with status accepted. After the reply, the two agents may exchange a few more turns and the target may announce the outcome in its own chat.",
-    parameters: toolParameters(SessionsSendParams),
-    async execute(args, ctx): Promise<SessionsSendResult> {
-      const parsed = parseArgs(SessionsSendParams, args);
-      if (!parsed.ok) return { runId: randomUUID(), status: "error", error: parsed.error };
-      const p = parsed.value;
+    params: SessionsSendParams,
+    invalid: (error): SessionsSendResult => ({ runId: randomUUID(), status: "error", error }),
+    async run(p, ctx): Promise<SessionsSendResult> {
       if (!p.sessionKey && !p.label) return { runId: randomUUID(), status: "error", error: "sessionKey required (or label)" };
       const target = resolveTarget(app, view, { sessionKey: p.sessionKey, label: p.label }, "messaging");
       if (!target.ok) return target.status === "forbidden" ? { status: "forbidden", error: target.error } : { runId: randomUUID(), status: "error", error: target.error };
@@ -100,7 +98,7 @@ export function createSessionsSendTool(deps: SendToolDeps, view: SessionView): A
       startFlow(Promise.resolve(reply));
       return { runId, status: "ok", reply, sessionKey: shownKey };
     },
-  };
+  });
 }
 
 function channelOf(app: App, key: string): string {

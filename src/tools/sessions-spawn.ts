@@ -11,7 +11,7 @@ import { subagentContextPrompt } from "../agents/subagents/prompts.js";
 import { deriveRowChannel, displayKey, isSubagentKey, normalizeAgentId, subagentSessionKey } from "../sessions/keys.js";
 import { spawnAllowlist } from "./agents-list.js";
 import { deliveryContextOf } from "./delivery-route.js";
-import { parseArgs, SessionsSpawnParams, toolParameters } from "./schemas.js";
+import { defineTool, SessionsSpawnParams } from "./schemas.js";
 import type { AgentTool } from "./types.js";
 
 export type SessionsSpawnResult =
@@ -20,15 +20,13 @@ export type SessionsSpawnResult =
   | { status: "error"; error: string; childSessionKey?: string };
 
 export function createSessionsSpawnTool(app: App, subagents: SubagentRegistry): AgentTool {
-  return {
+  return defineTool({
     name: "sessions_spawn",
     description:
       "Spawn a sub-agent that works on a task in its own session, in the background. Returns at once; when it finishes, its result is posted to this chat (Status / Result / Notes).",
-    parameters: toolParameters(SessionsSpawnParams),
-    async execute(args, ctx): Promise<SessionsSpawnResult> {
-      const parsed = parseArgs(SessionsSpawnParams, args);
-      if (!parsed.ok) return { status: "error", error: parsed.error };
-      const p = parsed.value;
+    params: SessionsSpawnParams,
+    invalid: (error): SessionsSpawnResult => ({ status: "error", error }),
+    async run(p, ctx): Promise<SessionsSpawnResult> {
       // R35: a hard check, independent of the tool filter, so no config can enable nesting.
       if (isSubagentKey(ctx.sessionKey)) return { status: "forbidden", error: "sessions_spawn is not allowed from sub-agent sessions" };
 
@@ -94,5 +92,5 @@ export function createSessionsSpawnTool(app: App, subagents: SubagentRegistry): 
       }
       return { status: "accepted", runId, childSessionKey, ...(model ? { model } : {}) };
     },
-  };
+  });
 }
