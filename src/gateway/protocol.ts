@@ -74,6 +74,8 @@ export const Params = {
     agentId: z.string().optional(),
     includeGlobal: z.boolean().optional(),
     includeUnknown: z.boolean().optional(),
+    /** Sub-agent sessions archived after archiveAfterMinutes (R40) are hidden unless asked for. */
+    includeArchived: z.boolean().optional(),
     messageLimit: z.number().int().min(0).max(50).optional(),
   }),
   "sessions.resolve": z.strictObject({ key: z.string().min(1).optional(), sessionId: z.string().min(1).optional(), label: z.string().min(1).optional(), agentId: z.string().optional(), spawnedBy: z.string().optional() }),

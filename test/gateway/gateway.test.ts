@@ -255,3 +255,13 @@ describe("web chat page", () => {
     expect(events[2]).toMatchObject({ runId: "ev", status: "ok" });
   });
 });
+
+describe("archived sub-agent sessions", () => {
+  it("R40 sessions.list hides archived sub-agent sessions unless includeArchived is set", async () => {
+    h = await startHarness();
+    await h.app.sessions.upsert("agent:main:subagent:abc", "main", { spawnedBy: "agent:main:main", archivedAt: Date.now() });
+    const c = await h.client();
+    expect((await c.request("sessions.list", {})).sessions).toEqual([]);
+    expect((await c.request("sessions.list", { includeArchived: true })).sessions.map((s: { key: string }) => s.key)).toEqual(["agent:main:subagent:abc"]);
+  });
+});
