@@ -181,13 +181,13 @@ export class Outbox {
     return { id: record.id, done };
   }
 
-  /** The policy verdict the outbox would apply to a message for this session and target. */
-  evaluate(sessionKey: string | undefined, target: OutboundTarget): SendPolicyResult {
+  /** The policy verdict the outbox would apply to a message for this session on `channel`. */
+  evaluate(sessionKey: string | undefined, channel: string): SendPolicyResult {
     const entry = sessionKey ? this.deps.sessions.get(sessionKey) : undefined;
     return resolveSendPolicy(this.deps.policy(), {
       sessionKey,
       override: entry?.sendPolicy,
-      channel: target.channel,
+      channel,
       chatType: entry?.chatType,
     });
   }
@@ -226,7 +226,7 @@ export class Outbox {
     if (this.stopped || TERMINAL.has(record.state)) return;
     const log = lazyChild(this.deps.log, { outboxId: record.id, sessionKey: record.sessionKey, channel: record.target.channel, accountId: record.target.accountId });
     if (record.state === "queued") {
-      const verdict = this.evaluate(record.sessionKey, record.target);
+      const verdict = this.evaluate(record.sessionKey, record.target.channel);
       record.policy = verdict.reason;
       if (verdict.decision === "deny" && !record.ownerCommandAnswer) {
         log.info({ kind: record.kind, reason: verdict.reason }, "delivery suppressed by send policy");

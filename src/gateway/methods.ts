@@ -4,7 +4,7 @@
  */
 import { promises as fs } from "node:fs";
 import type { App } from "../app.js";
-import type { ChannelId, OutboundTarget } from "../channels/types.js";
+import type { OutboundTarget } from "../channels/types.js";
 import type { RunOutcome } from "../agents/runtime.js";
 import { classifySessionKind, isSubagentKey, agentIdFromKey, normalizeAgentId, MAIN_KEY, displayKey, nodeSessionKey } from "../sessions/keys.js";
 import { normalizeDeliveryContext } from "../sessions/entry.js";
@@ -54,7 +54,7 @@ export function createHandlers(app: App, version: string): Handlers {
   const agentOfKey = (key: string) => agentIdFromKey(key, sessions().get(key)?.agentId ?? app.defaultAgentId);
   const checkPolicy = (key: string, channel?: string) => {
     const entry = sessions().get(key);
-    const verdict = app.outbox.evaluate(key, { channel: (entry?.channel ?? entry?.deliveryContext?.channel ?? entry?.lastChannel ?? channel ?? "webchat") as ChannelId, accountId: "default", to: "" });
+    const verdict = app.outbox.evaluate(key, entry?.channel ?? entry?.deliveryContext?.channel ?? entry?.lastChannel ?? channel ?? "webchat");
     if (verdict.decision === "deny") throw new GatewayError("INVALID_REQUEST", POLICY_BLOCKED, { reason: verdict.reason });
   };
   const row = (key: string) => {

@@ -43,7 +43,7 @@ export async function executeCommand(cmd: ParsedCommand, scope: CommandScope, de
     }
     case "sid": {
       const entry = sessions.get(scope.sessionKey);
-      const verdict = deps.outbox.evaluate(scope.sessionKey, { channel: scope.channel, accountId: "default", to: "" });
+      const verdict = deps.outbox.evaluate(scope.sessionKey, scope.channel);
       return {
         reply: [
           `key: ${displayKey(scope.sessionKey)}`,
@@ -57,7 +57,7 @@ export async function executeCommand(cmd: ParsedCommand, scope: CommandScope, de
     case "status": {
       const entry = sessions.get(scope.sessionKey);
       const runs = deps.runtime.activeRuns().filter((r) => r.sessionKey === scope.sessionKey);
-      const verdict = deps.outbox.evaluate(scope.sessionKey, { channel: scope.channel, accountId: "default", to: "" });
+      const verdict = deps.outbox.evaluate(scope.sessionKey, scope.channel);
       return {
         reply: [
           `📊 ${displayKey(scope.sessionKey)}`,

@@ -20,7 +20,7 @@ import type { SessionStore } from "../sessions/session-store.js";
 import type { TranscriptMessage, TranscriptStore } from "../sessions/transcript.js";
 import type { KvSpace } from "../store/kv.js";
 import { normalizeDeliveryContext, type SessionPatch } from "../sessions/entry.js";
-import { parseCommand } from "./command-parse.js";
+import { parseCommand, type ParsedCommand } from "./command-parse.js";
 import { executeCommand, type CommandDeps } from "./commands.js";
 import { isOwner } from "./owners.js";
 import { resolveRoute, type Route } from "./route.js";
@@ -225,14 +225,15 @@ export class InboundRouter {
   private schedule(rec: InboundRecord, durable: Promise<void> = Promise.resolve()): void {
     const route = resolveRoute(this.deps.config, rec.msg);
     // Commands bypass the session lane: `/stop` must not wait behind the run it stops.
-    const isCommand = this.commandOf(rec.msg) !== null;
+    const command = this.commandOf(rec.msg);
+    const isCommand = command !== null;
     const prev = isCommand ? Promise.resolve() : this.lanes.get(route.sessionKey) ?? Promise.resolve();
     const stored = durable.then(
       () => true,
       () => false,
     );
     const run = prev.then(async () => {
-      if (await stored) await this.process(rec, route);
+      if (await stored) await this.process(rec, route, command);
     }).catch((err: unknown) => {
       this.deps.log.error({ err, inboundId: rec.id, sessionKey: route.sessionKey }, "inbound processing failed");
     });
@@ -249,12 +250,11 @@ export class InboundRouter {
     return parseCommand(msg.text, { botUsername: this.deps.botUsername?.(msg.channel, msg.accountId) });
   }
 
-  private async process(rec: InboundRecord, route: Route): Promise<void> {
+  private async process(rec: InboundRecord, route: Route, command: ParsedCommand | null): Promise<void> {
     const { msg } = rec;
     const { config, sessions, transcripts, outbox } = this.deps;
     const log = lazyChild(this.deps.log, { channel: msg.channel, accountId: msg.accountId, sessionKey: route.sessionKey, inboundId: rec.id });
     const target: OutboundTarget = { channel: msg.channel, accountId: msg.accountId, to: msg.to, ...(msg.threadId ? { threadId: msg.threadId } : {}) };
-    const command = this.commandOf(msg);
     if (command) {
       if (!isOwner(config, msg.channel, msg.senderId)) {
         // Ignored, never answered, never run as a prompt (interfaces §5).
@@ -282,7 +282,7 @@ export class InboundRouter {
       log.debug("group message recorded; not mentioned, no run");
       return this.finish(rec);
     }
-    const verdict = outbox.evaluate(route.sessionKey, target);
+    const verdict = outbox.evaluate(route.sessionKey, target.channel);
     if (verdict.decision === "deny") {
       log.info({ reason: verdict.reason }, "inbound recorded; no run (send policy deny)");
       return this.finish(rec);
