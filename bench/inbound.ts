@@ -14,6 +14,7 @@
  * fake does not enforce them here; they are exercised by test/reliability/rate-limit.test.ts),
  * and agents.defaults.maxConcurrent is 16 (the default 4 suits slow real models).
  */
+import { readFileSync } from "node:fs";
 import pino from "pino";
 import type { ChannelAdapter, InboundMessage, OutboundTarget } from "../src/channels/types.js";
 import { parseConfig } from "../src/config/load.js";
@@ -42,13 +43,13 @@ export interface InboundFigures {
   burst: LoadResult[];
 }
 
-async function measure(clock: ReplyClock, o: InboundOptions, inject: (tag: string) => (i: number) => string): Promise<InboundFigures> {
+async function measure(clock: ReplyClock, o: InboundOptions, inject: (tag: string) => (i: number) => string, cpuMicros: () => number): Promise<InboundFigures> {
   // Warm-up: creates the sessions (one message each), then runs the offered load once to warm
   // the JIT, the connection pools and SQLite's cache; none of it is counted.
   await clock.run(Math.min(o.rate, 2000), o.sessions / Math.min(o.rate, 2000), inject("warm"));
   await clock.run(o.rate, 2, inject("warm2"));
   const runs: LoadResult[] = [];
-  for (let r = 0; r < o.runs; r++) runs.push(await clock.run(o.rate, o.seconds, inject(`r${r}`)));
+  for (let r = 0; r < o.runs; r++) runs.push(await clock.run(o.rate, o.seconds, inject(`r${r}`), cpuMicros));
   const burst: LoadResult[] = [];
   for (let r = 0; r < o.runs; r++) burst.push(await clock.run(1e9, o.burst / 1e9, inject(`b${r}`)));
   return { runs, burst };
@@ -73,7 +74,8 @@ export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFi
       telegram: { enabled: true, botToken: api.token, apiRoot, rateLimit: { perChatPerSecond: 1_000_000, globalPerSecond: 1_000_000 } },
     }),
   );
-  const daemon = spawnDaemon(config);
+  // SB_BENCH_DAEMON_ARGS passes node flags to the daemon child, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof".
+  const daemon = spawnDaemon(config, { execArgv: process.env.SB_BENCH_DAEMON_ARGS?.split(" ").filter(Boolean) });
   try {
     const { port } = await daemon.listening;
     const deadline = nowMs() + 10_000;
@@ -84,7 +86,7 @@ export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFi
       const text = `${tag}-${i}`;
       api.injectText({ chat: privateChat(u), from: u, text });
       return text;
-    });
+    }, () => processCpuMicros(daemon.pid));
     const client = new GatewayClient({ url: `ws://127.0.0.1:${port}/` });
     await client.connect();
     const health = await client.request("health", {});
@@ -130,6 +132,9 @@ export async function benchCorePipeline(o: InboundOptions): Promise<InboundFigur
       const text = `${tag}-${i}`;
       void daemon.app.router.accept(msg(i, text));
       return text;
+    }, () => {
+      const c = process.cpuUsage();
+      return c.user + c.system;
     });
     if (daemon.app.sessions.size < o.sessions) throw new Error(`expected ${o.sessions} sessions, the daemon has ${daemon.app.sessions.size}`);
     return figures;
@@ -140,10 +145,20 @@ export async function benchCorePipeline(o: InboundOptions): Promise<InboundFigur
   }
 }
 
+/** utime + stime of a process, all threads (Linux /proc), in µs. */
+function processCpuMicros(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  // Fields after the command name, which is in parentheses and may contain spaces.
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return ((Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND) * 1e6;
+}
+/** USER_HZ: 100 on every Linux this runs on (getconf CLK_TCK). */
+const CLOCK_TICKS_PER_SECOND = 100;
+
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const o: InboundOptions = { sessions: 1000, rate: Number(process.env.RATE ?? 2000), seconds: 3, runs: 3, burst: 5000, maxConcurrent: 16 };
+  const o: InboundOptions = { sessions: 1000, rate: Number(process.env.RATE ?? 2000), seconds: 3, runs: 3, burst: 5000, maxConcurrent: Number(process.env.MAXC ?? 16) };
   const show = (label: string, f: InboundFigures) => {
-    for (const r of f.runs) console.log(label, `offered ${r.offered}/s → ${r.throughput.toFixed(0)}/s p50 ${r.p50.toFixed(1)} ms p99 ${r.p99.toFixed(1)} ms (${r.answered}/${r.sent})`);
+    for (const r of f.runs) console.log(label, `offered ${r.offered}/s → ${r.throughput.toFixed(0)}/s p50 ${r.p50.toFixed(1)} ms p99 ${r.p99.toFixed(1)} ms (${r.answered}/${r.sent}) cpu ${r.cpuUsPerMessage?.toFixed(0)} µs/msg`);
     for (const r of f.burst) console.log(label, `burst ${r.sent} → ${r.throughput.toFixed(0)}/s`);
   };
   if (process.env.ONLY !== "core") show("telegram", await benchTelegramInbound(o));

@@ -42,11 +42,12 @@ function round(n: number): number {
   return Math.abs(n) >= 100 ? Math.round(n) : Math.round(n * 100) / 100;
 }
 
-function inboundRows(label: string, f: InboundFigures, o: InboundOptions, note: string): void {
+function inboundRows(label: string, f: InboundFigures, o: InboundOptions, note: string, cpuNote: string): void {
   add(`${label}: max sustained throughput (${o.burst}-message burst drained)`, "msg/s", spread(f.burst.map((r) => r.throughput)), { op: ">=", value: 2000 }, note);
   add(`${label}: answered at ${o.rate} msg/s offered (${o.seconds} s runs)`, "msg/s", spread(f.runs.map((r) => r.throughput)));
   add(`${label}: added latency p50 at ${o.rate} msg/s`, "ms", spread(f.runs.map((r) => r.p50)));
   add(`${label}: added latency p99 at ${o.rate} msg/s`, "ms", spread(f.runs.map((r) => r.p99)), { op: "<", value: 25 });
+  add(`${label}: CPU per message at ${o.rate} msg/s`, "µs", spread(f.runs.map((r) => r.cpuUsPerMessage ?? Number.NaN)), undefined, cpuNote);
 }
 
 const only = process.env.BENCH_ONLY;
@@ -55,9 +56,9 @@ const inbound: InboundOptions = { sessions: 1000, rate: 2000, seconds: 3, runs: 
 
 if (!only || only === "inbound") {
   process.stderr.write("bench: inbound, Telegram end to end…\n");
-  inboundRows("inbound, Telegram end to end", await benchTelegramInbound(inbound), inbound, "Bot API fake → real telegraf adapter (long polling) → daemon child process → model server process → sendMessage; 1,000 sessions");
+  inboundRows("inbound, Telegram end to end", await benchTelegramInbound(inbound), inbound, "Bot API fake → real telegraf adapter (long polling) → daemon child process → model server process → sendMessage; 1,000 sessions", "the daemon process, all threads (SQLite's included)");
   process.stderr.write("bench: inbound, core pipeline…\n");
-  inboundRows("inbound, core pipeline", await benchCorePipeline(inbound), inbound, "router.accept → key, entry, transcript → model server process → outbox → recording adapter; daemon in the bench process");
+  inboundRows("inbound, core pipeline", await benchCorePipeline(inbound), inbound, "router.accept → key, entry, transcript → model server process → outbox → recording adapter; daemon in the bench process", "the bench process: daemon, SQLite threads and the load generator");
 }
 if (!only || only === "gateway") {
   process.stderr.write("bench: gateway with 10,000 and 100,000 sessions, memory, cold start…\n");

@@ -12,6 +12,7 @@ import { CronScheduler } from "./sources/cron.js";
 import { registerHooksRoute } from "./sources/hooks.js";
 import { BackgroundTasks } from "./tools/background.js";
 import { sessionTools, subagentToolFilter } from "./tools/session-tools.js";
+import type { AgentTool, ToolSource } from "./tools/types.js";
 
 /** How long stop() waits for background agent-to-agent and announce work. */
 const BACKGROUND_DRAIN_MS = 5000;
@@ -54,7 +55,7 @@ export class FullDaemon extends Daemon {
     const background = new BackgroundTasks(log);
     const subagents = new SubagentRegistry({ app, space: app.kv.space<SubagentRun>("subagents"), background, log: app.log.child({ component: "subagents" }) });
     await subagents.load();
-    app.addTools((scope) => sessionTools({ app, subagents, background, log }, scope));
+    app.addTools(cachedPerScope((scope) => sessionTools({ app, subagents, background, log }, scope)));
     app.addToolFilter(subagentToolFilter(app));
     app.stopHooks.push((sessionKey) => subagents.stopFor(sessionKey));
     registerHooksRoute(this.gateway, app, app.log.child({ component: "hooks" }));
@@ -69,4 +70,25 @@ export class FullDaemon extends Daemon {
 
 export function createFullDaemon(opts: DaemonOptions): FullDaemon {
   return new FullDaemon(opts);
+}
+
+/** Scopes whose tool lists are kept (least recently used dropped first). */
+const TOOL_LISTS_KEPT = 2000;
+
+/**
+ * The session tools are a pure function of the scope (the config is fixed for the daemon's life;
+ * everything else is read when a tool runs), and every run asks for its list: the lists of
+ * recently active sessions are built once instead of five closures and schemas per message.
+ */
+function cachedPerScope(source: ToolSource): ToolSource {
+  const lists = new Map<string, AgentTool[]>();
+  return (scope) => {
+    const key = `${scope.agentId}\u0000${scope.sessionKey}`;
+    let list = lists.get(key);
+    if (list) lists.delete(key);
+    else list = source(scope);
+    lists.set(key, list);
+    if (lists.size > TOOL_LISTS_KEPT) lists.delete(lists.keys().next().value as string);
+    return list;
+  };
 }

@@ -15,6 +15,8 @@ export interface LoadResult {
   p50: number;
   p99: number;
   max: number;
+  /** CPU the system under test spent per answered message (µs, all its threads), when measured. */
+  cpuUsPerMessage?: number;
 }
 
 export class ReplyClock {
@@ -43,10 +45,12 @@ export class ReplyClock {
 
   /**
    * Injects `rate` msg/s for `seconds` (`inject(i)` sends message i and returns its text), waits
-   * for every reply (at most `drainMs`), and summarises.
+   * for every reply (at most `drainMs`), and summarises. `cpuMicros` reads the CPU time the
+   * system under test has used so far (µs), for the CPU-per-message figure.
    */
-  async run(rate: number, seconds: number, inject: (i: number) => string, drainMs = 60_000): Promise<LoadResult> {
+  async run(rate: number, seconds: number, inject: (i: number) => string, cpuMicros?: () => number, drainMs = 60_000): Promise<LoadResult> {
     this.latencies.length = 0;
+    const cpu0 = cpuMicros?.();
     const total = Math.max(1, Math.round(rate * seconds));
     const start = nowMs();
     let i = 0;
@@ -59,6 +63,8 @@ export class ReplyClock {
     while (this.outstanding > 0 && nowMs() < deadline) await sleep(2);
     const lat = this.latencies;
     const secs = Math.max(1e-6, (this.lastAt - start) / 1000);
-    return { offered: rate, sent: total, answered: lat.length, seconds: secs, throughput: lat.length / secs, p50: percentile(lat, 50), p99: percentile(lat, 99), max: Math.max(...lat) };
+    const result: LoadResult = { offered: rate, sent: total, answered: lat.length, seconds: secs, throughput: lat.length / secs, p50: percentile(lat, 50), p99: percentile(lat, 99), max: Math.max(...lat) };
+    if (cpu0 !== undefined && cpuMicros && lat.length) result.cpuUsPerMessage = (cpuMicros() - cpu0) / lat.length;
+    return result;
   }
 }

@@ -2,9 +2,14 @@
  * Builds the model's view of a session from its transcript: the system prompt, then the recent
  * messages in Chat Completions form. Inter-session user turns get an in-memory provenance prefix
  * so the model can tell routed agent instructions from its user (R20); the transcript keeps them raw.
+ *
+ * Every model call of a session converts the same window of messages again, so each transcript
+ * message (frozen in the transcript store's cache) maps to one frozen ChatMessage, built once:
+ * the request body caches its JSON by that identity (models/request-body.ts).
  */
 import type { ChatMessage } from "./models/provider.js";
 import type { TranscriptMessage } from "../sessions/transcript.js";
+import { deepFreeze } from "../util/freeze.js";
 
 export interface ContextInput {
   agentName: string;
@@ -25,25 +30,41 @@ export function buildModelMessages(input: ContextInput): ChatMessage[] {
     .join("\n\n");
   const out: ChatMessage[] = [{ role: "system", content: system }];
   const pendingCalls = new Set<string>();
+  let withTools = false;
   for (const m of input.history) {
-    if (m.role === "user") {
-      out.push({ role: "user", content: userContent(m) });
-    } else if (m.role === "assistant") {
-      const text = m.content.filter((b) => b.type === "text").map((b) => (b as { text: string }).text).join("");
-      const calls = m.content.flatMap((b) => (b.type === "toolCall" ? [b] : []));
-      for (const c of calls) pendingCalls.add(c.id);
-      out.push({
-        role: "assistant",
-        content: text || null,
-        ...(calls.length ? { tool_calls: calls.map((c) => ({ id: c.id, type: "function" as const, function: { name: c.name, arguments: JSON.stringify(c.arguments ?? {}) } })) } : {}),
-      });
-    } else if (m.role === "toolResult") {
+    if (m.role === "toolResult") {
       // A result whose call fell outside the window would be rejected by the provider.
       if (!pendingCalls.has(m.toolCallId)) continue;
-      out.push({ role: "tool", tool_call_id: m.toolCallId, content: m.content.map((b) => b.text).join("") });
+      withTools = true;
+    } else if (m.role === "assistant") {
+      for (const b of m.content) if (b.type === "toolCall") pendingCalls.add(b.id);
     }
+    out.push(chatMessageOf(m));
   }
-  return dropDanglingToolCalls(out);
+  return withTools || pendingCalls.size ? dropDanglingToolCalls(out) : out;
+}
+
+const converted = new WeakMap<TranscriptMessage, ChatMessage>();
+
+/** A transcript message in Chat Completions form; built once per frozen (cached) message. */
+function chatMessageOf(m: TranscriptMessage): ChatMessage {
+  const cached = converted.get(m);
+  if (cached) return cached;
+  const chat = deepFreeze(toChatMessage(m));
+  if (Object.isFrozen(m)) converted.set(m, chat);
+  return chat;
+}
+
+function toChatMessage(m: TranscriptMessage): ChatMessage {
+  if (m.role === "user") return { role: "user", content: userContent(m) };
+  if (m.role === "toolResult") return { role: "tool", tool_call_id: m.toolCallId, content: m.content.map((b) => b.text).join("") };
+  const text = m.content.filter((b) => b.type === "text").map((b) => (b as { text: string }).text).join("");
+  const calls = m.content.flatMap((b) => (b.type === "toolCall" ? [b] : []));
+  return {
+    role: "assistant",
+    content: text || null,
+    ...(calls.length ? { tool_calls: calls.map((c) => ({ id: c.id, type: "function" as const, function: { name: c.name, arguments: JSON.stringify(c.arguments ?? {}) } })) } : {}),
+  };
 }
 
 function userContent(m: Extract<TranscriptMessage, { role: "user" }>): string {

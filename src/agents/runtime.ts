@@ -260,8 +260,9 @@ export class AgentRuntime {
       const res = await resolved.provider.complete({ model: resolved.model, messages, tools: toolDefs, signal });
       usage.input += res.usage.input;
       usage.output += res.usage.output;
-      // The entry is updated at once; its store write runs alongside the transcript append.
-      const usageWritten = this.recordUsage(req.sessionKey, res.usage, resolved.ref);
+      // The entry is updated in memory at once. Its store write is not awaited: the store commits
+      // in issue order, so the reply's outbox record (written later) cannot be durable before it.
+      this.recordUsage(req.sessionKey, res.usage, resolved.ref).catch((err: unknown) => log.error({ err }, "could not store token usage"));
       const assistant: TranscriptMessage = {
         role: "assistant",
         content: [
@@ -274,7 +275,7 @@ export class AgentRuntime {
         usage: { input: res.usage.input, output: res.usage.output, totalTokens: res.usage.input + res.usage.output },
         stopReason: res.toolCalls.length ? "toolUse" : "stop",
       };
-      await Promise.all([transcripts.appendMessage(ref, assistant), usageWritten]);
+      await transcripts.appendMessage(ref, assistant);
       if (!res.toolCalls.length) return { reply: res.content.trim(), model: resolved.ref };
       messages.push({ role: "assistant", content: res.content || null, tool_calls: res.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) });
       for (const call of res.toolCalls) {

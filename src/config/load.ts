@@ -6,6 +6,7 @@ import { readFileSync } from "node:fs";
 import JSON5 from "json5";
 import { z } from "zod";
 import { ConfigSchema, type Config } from "./schema.js";
+import { deepFreeze } from "../util/freeze.js";
 
 export class ConfigError extends Error {
   constructor(
@@ -65,12 +66,4 @@ function applyEnvDefaults(config: Config, env: NodeJS.ProcessEnv): Config {
   const token = config.gateway.auth.token || env.SWITCHBOARD_GATEWAY_TOKEN || undefined;
   const stateDir = env.SWITCHBOARD_STATE_DIR || config.stateDir;
   return { ...config, stateDir, gateway: { ...config.gateway, auth: { ...config.gateway.auth, token } } };
-}
-
-function deepFreeze<T>(value: T): T {
-  if (value && typeof value === "object" && !Object.isFrozen(value)) {
-    Object.freeze(value);
-    for (const v of Object.values(value)) deepFreeze(v);
-  }
-  return value;
 }

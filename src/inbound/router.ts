@@ -268,24 +268,28 @@ export class InboundRouter {
       return this.finish(rec);
     }
 
+    // The entry write is not on the reply's path: the store commits in issue order, so the reply
+    // cannot be sent (its outbox record committed) before the entry is stored; finish() awaits it
+    // so that a failed write leaves the message pending, to be resumed.
+    let entryWritten: Promise<void> | undefined;
     if (rec.state === "pending") {
-      // The entry write runs alongside the transcript append (it is awaited before the run).
       const { entry, written } = this.stageTouch(route, msg);
+      entryWritten = written;
+      written.catch(() => undefined);
       const ref = { path: sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
       const said: TranscriptMessage = { role: "user", content: msg.text, timestamp: msg.timestamp || Date.now(), provenance: { kind: "external_user" }, sender: { id: msg.senderId, ...(msg.senderName ? { name: msg.senderName } : {}), channel: msg.channel } };
       // A message resumed after a crash may already be in the transcript: never record it twice.
       if (!this.resumed.has(rec.id) || !(await this.recorded(ref.path, said))) await transcripts.appendMessage(ref, said);
-      await written;
     }
 
     if (msg.chatType !== "direct" && this.requiresMention(msg) && !msg.wasMentioned) {
       log.debug("group message recorded; not mentioned, no run");
-      return this.finish(rec);
+      return this.finish(rec, entryWritten);
     }
     const verdict = outbox.evaluate(route.sessionKey, target.channel);
     if (verdict.decision === "deny") {
       log.info({ reason: verdict.reason }, "inbound recorded; no run (send policy deny)");
-      return this.finish(rec);
+      return this.finish(rec, entryWritten);
     }
     const replyId = `reply:${rec.id}`;
     if (!outbox.get(replyId)) {
@@ -293,7 +297,7 @@ export class InboundRouter {
       const text = replyText(outcome);
       if (text) await outbox.enqueue({ id: replyId, sessionKey: route.sessionKey, target, text, kind: "reply" });
     }
-    return this.finish(rec);
+    return this.finish(rec, entryWritten);
   }
 
   private async runWithTyping(route: Route, msg: InboundMessage, inboundId: string, target: OutboundTarget): Promise<RunOutcome> {
@@ -378,7 +382,9 @@ export class InboundRouter {
     return this.deps.sessions.stage(route.sessionKey, route.agentId, patch);
   }
 
-  private async finish(rec: InboundRecord): Promise<void> {
+  /** `after`: a write of this message's processing that must be stored before it counts as done. */
+  private async finish(rec: InboundRecord, after?: Promise<void>): Promise<void> {
+    await after;
     rec.state = "done";
     this.resumed.delete(rec.id);
     await this.deps.space.set(rec.id, { id: rec.id, state: "done", receivedAt: rec.receivedAt });

@@ -112,7 +112,7 @@ export class SessionStore {
     if (!prev) return undefined;
     this.byKey.delete(key);
     this.bySessionId.delete(prev.sessionId);
-    await this.chain(key, () => this.space.delete(key));
+    await this.track(key, this.space.delete(key));
     return prev;
   }
 
@@ -167,17 +167,25 @@ export class SessionStore {
   private async commit(next: SessionEntry, prev: SessionEntry | undefined): Promise<void> {
     if (prev && prev.sessionId !== next.sessionId) this.bySessionId.delete(prev.sessionId);
     this.index(next);
-    await this.chain(next.key, () => this.space.set(next.key, next));
+    await this.track(next.key, this.space.set(next.key, next));
   }
 
-  private chain(key: string, write: () => Promise<void>): Promise<void> {
-    const prev = this.writes.get(key) ?? Promise.resolve();
-    const run = prev.then(write, write);
-    const tracked = run.finally(() => {
+  /**
+   * Writes are issued at once, in call order: the store commits in issue order (kv.ts), so a key's
+   * writes land in order, and any later write — an outbox record, the inbound "done" mark — is
+   * durable only after this one. Waiting for the previous write of the key first would put a whole
+   * commit on the caller's path and break that cross-key order.
+   */
+  private track(key: string, write: Promise<void>): Promise<void> {
+    const tracked = write.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.writes.set(key, tracked);
+    void tracked.then(() => {
       if (this.writes.get(key) === tracked) this.writes.delete(key);
     });
-    this.writes.set(key, tracked);
-    return run;
+    return write;
   }
 }
 

@@ -16,6 +16,7 @@
 import { randomUUID } from "node:crypto";
 import { promises as fs, writeSync } from "node:fs";
 import path from "node:path";
+import { deepFreeze } from "../util/freeze.js";
 
 /** Messages kept in memory per transcript: more than the runtime's history window (60). */
 const TAIL_MESSAGES = 100;
@@ -134,7 +135,7 @@ export class TranscriptStore {
     // could be missing from what was read, so the tail is cached only if none was.
     if ((this.appended.get(file) ?? 0) === version && !this.chains.has(file)) {
       const complete = (limit === undefined || lines.length < limit) && out.length <= TAIL_MESSAGES;
-      this.remember(file, { messages: out.slice(-TAIL_MESSAGES), complete });
+      this.remember(file, { messages: out.slice(-TAIL_MESSAGES).map(deepFreeze), complete });
     }
     return limit === undefined ? out : out.slice(-limit);
   }
@@ -192,7 +193,7 @@ export class TranscriptStore {
     const tail = line.type === "message" ? this.tails.get(ref.path) : undefined;
     if (tail) {
       // A copy as read from disk would be: callers' objects are neither kept nor shared.
-      tail.messages.push((JSON.parse(json) as { message: TranscriptMessage }).message);
+      tail.messages.push(deepFreeze((JSON.parse(json) as { message: TranscriptMessage }).message));
       if (tail.messages.length > TAIL_MESSAGES) {
         tail.messages.shift();
         tail.complete = false;

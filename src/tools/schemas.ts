@@ -6,6 +6,7 @@
 import { z } from "zod";
 import type { AgentTool, ToolContext } from "./types.js";
 import { SESSION_KINDS } from "../sessions/keys.js";
+import { deepFreeze } from "../util/freeze.js";
 
 /** A required string whose message names the field whether it is missing or blank. */
 function requiredString(field: string, description: string) {
@@ -70,7 +71,8 @@ export function toolParameters(schema: z.ZodType): Record<string, unknown> {
   let json = jsonSchemas.get(schema);
   if (!json) {
     const { $schema: _ignored, ...rest } = z.toJSONSchema(schema, { io: "input" }) as Record<string, unknown>;
-    json = rest;
+    // Frozen: shared by every run's tool list, and request bodies cache its JSON by identity.
+    json = deepFreeze(rest);
     jsonSchemas.set(schema, json);
   }
   return json;

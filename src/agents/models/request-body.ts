@@ -1,0 +1,53 @@
+/**
+ * The Chat Completions request body, built from cached JSON pieces.
+ *
+ * A run sends the whole history window (up to 60 messages) and every tool's JSON schema on each
+ * model call, yet between two calls of a session only the newest messages differ. Serialising
+ * each message and tool definition once (keyed by object identity) and joining the pieces halves
+ * the body's cost and most of its garbage on the inbound path (bench/). The messages come from
+ * context.ts, which hands out the same frozen object for a transcript message every time; tool
+ * parameter schemas are built and frozen once per schema (tools/schemas.ts). Unfrozen pieces are
+ * serialised afresh: they could change after their JSON was taken.
+ */
+import type { ChatMessage, CompletionRequest, ToolDefinition } from "./provider.js";
+
+const messageJson = new WeakMap<ChatMessage, string>();
+/** parameters object → `${name}\u0000${description}` → the definition's JSON. */
+const toolJson = new WeakMap<object, Map<string, string>>();
+
+function serializeMessage(m: ChatMessage): string {
+  if (!Object.isFrozen(m)) return JSON.stringify(m);
+  let json = messageJson.get(m);
+  if (json === undefined) {
+    json = JSON.stringify(m);
+    messageJson.set(m, json);
+  }
+  return json;
+}
+
+function serializeTool(t: ToolDefinition): string {
+  const { name, description, parameters } = t.function;
+  if (!Object.isFrozen(parameters)) return JSON.stringify(t);
+  let byName = toolJson.get(parameters);
+  if (!byName) toolJson.set(parameters, (byName = new Map()));
+  const key = `${name}\u0000${description}`;
+  let json = byName.get(key);
+  if (json === undefined) {
+    json = JSON.stringify(t);
+    byName.set(key, json);
+  }
+  return json;
+}
+
+/** Same JSON as `JSON.stringify({model, messages, tools?, tool_choice?})`. */
+export function chatRequestBody(req: Pick<CompletionRequest, "model" | "messages" | "tools">): string {
+  let body = `{"model":${JSON.stringify(req.model)},"messages":[`;
+  for (let i = 0; i < req.messages.length; i++) body += (i ? "," : "") + serializeMessage(req.messages[i]);
+  body += "]";
+  if (req.tools.length) {
+    body += ',"tools":[';
+    for (let i = 0; i < req.tools.length; i++) body += (i ? "," : "") + serializeTool(req.tools[i]);
+    body += '],"tool_choice":"auto"';
+  }
+  return `${body}}`;
+}
