@@ -58,7 +58,7 @@ async function measure(clock: ReplyClock, o: InboundOptions, inject: (tag: strin
 export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFigures> {
   const tmp = tempDir();
   const model = await startModelProcess();
-  const api = new FakeTelegramBotApi();
+  const api = new FakeTelegramBotApi({ history: false });
   const apiRoot = await api.start();
   const clock = new ReplyClock();
   api.override("sendMessage", (body) => {
@@ -96,6 +96,7 @@ export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFi
   } finally {
     daemon.kill("SIGTERM");
     await daemon.exited;
+    if (process.env.XOUT) (await import("node:fs")).writeFileSync(process.env.XOUT, daemon.output());
     await api.stop();
     await model.stop();
     tmp.remove();
@@ -137,6 +138,17 @@ export async function benchCorePipeline(o: InboundOptions): Promise<InboundFigur
       return c.user + c.system;
     });
     if (daemon.app.sessions.size < o.sessions) throw new Error(`expected ${o.sessions} sessions, the daemon has ${daemon.app.sessions.size}`);
+    if (process.env.SB_BENCH_HEAPSNAPSHOT) (await import("node:v8")).writeHeapSnapshot(process.env.SB_BENCH_HEAPSNAPSHOT);
+    if (process.env.XLIVE) {
+      const a = daemon.app as any;
+      const live = (label: string) => { (globalThis as any).gc?.(); (globalThis as any).gc?.(); console.log(label.padEnd(30), (process.memoryUsage().heapUsed / 1e6).toFixed(1), "MB"); };
+      live("all");
+      a.outbox.records.clear(); live("- outbox records");
+      a.runtime.completed.clear(); live("- runtime completed");
+      a.router.doneIds.clear(); live("- router doneIds");
+      a.transcripts.tails.clear(); live("- transcript tails (+caches)");
+      console.log("sizes", a.sessions.size);
+    }
     return figures;
   } finally {
     await daemon.stop();

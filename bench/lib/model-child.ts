@@ -15,10 +15,8 @@ const echo: Responder = (req) => {
   return { content: `echo: ${typeof user?.content === "string" ? user.content : ""}` };
 };
 
-const server = new FakeModelServer(echo);
+const server = new FakeModelServer(echo, { history: false });
 const baseUrl = await server.start();
-// Only the last requests matter to anyone; an unbounded log would grow for the whole bench.
-setInterval(() => server.requests.splice(0, Math.max(0, server.requests.length - 100)), 1000).unref();
 process.send?.({ baseUrl });
 process.on("SIGTERM", () => void server.stop().then(() => process.exit(0)));
 process.on("disconnect", () => void server.stop().then(() => process.exit(0)));

@@ -309,7 +309,7 @@ export class AgentRuntime {
     else info.error = outcome.error;
     this.runs.delete(info.runId);
     this.completed.set(info.runId, info);
-    const max = this.deps.maxCompletions ?? 50_000;
+    const max = this.deps.maxCompletions ?? MAX_COMPLETIONS;
     if (this.completed.size > max) this.completed.delete(this.completed.keys().next().value as string);
     this.emit({ phase: "end", runId: info.runId, sessionKey: info.sessionKey, outcome });
   }
@@ -324,6 +324,11 @@ export class AgentRuntime {
 }
 
 const HISTORY_LIMIT = 60;
+/**
+ * Finished runs remembered for agent.wait (within completionTtlMs): hours of a normal chat load.
+ * At 50,000 they were 15 MB of a busy daemon's heap, all of it walked by every full collection.
+ */
+const MAX_COMPLETIONS = 10_000;
 
 class RunTimeout extends Error {
   constructor(ms: number) {

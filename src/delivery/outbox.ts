@@ -85,8 +85,21 @@ export interface OutboxDeps {
 
 const TERMINAL: ReadonlySet<OutboxState> = new Set(["sent", "suppressed", "failed"]);
 
+/**
+ * Finished messages kept whole in memory (`get`). Older ones are remembered by outcome only: a
+ * daemon that kept every record it ever sent grew by ~700 bytes a message, and the collector's
+ * full passes over that heap were the longest pauses on the inbound path (bench/).
+ */
+const RECENT_FINISHED = 1000;
+/** Finished messages whose outcome answers a repeated enqueue of their id (newest kept). */
+const MAX_FINISHED = 100_000;
+
 export class Outbox {
+  /** Unfinished messages and the RECENT_FINISHED most recently finished. */
   private readonly records = new Map<string, OutboxRecord>();
+  private readonly finished = new Map<string, OutboxResult>();
+  /** Ids of the finished records still in `records`, oldest first. */
+  private readonly recentlyFinished = new Set<string>();
   private readonly waiters = new Map<string, Array<(r: OutboxResult) => void>>();
   private readonly lanes = new Map<string, Promise<void>>();
   private readonly limiter: RateLimiter;
@@ -119,7 +132,7 @@ export class Outbox {
     for (const [, record] of rows) {
       if (TERMINAL.has(record.state)) {
         if (this.now() - record.updatedAt > retention) await this.deps.space.delete(record.id);
-        else this.records.set(record.id, record);
+        else this.retire(record);
         continue;
       }
       this.records.set(record.id, record);
@@ -138,8 +151,14 @@ export class Outbox {
     return n;
   }
 
+  /** A message not yet finished, or one of the last RECENT_FINISHED finished in this process. */
   get(id: string): OutboxRecord | undefined {
     return this.records.get(id);
+  }
+
+  /** Whether a message with this id was accepted (and not forgotten: see MAX_FINISHED). */
+  has(id: string): boolean {
+    return this.records.has(id) || this.finished.has(id);
   }
 
   /**
@@ -149,6 +168,8 @@ export class Outbox {
   async enqueue(req: OutboundRequest): Promise<{ id: string; done: Promise<OutboxResult> }> {
     const existing = this.records.get(req.id);
     if (existing) return { id: req.id, done: this.outcome(existing) };
+    const outcome = this.finished.get(req.id);
+    if (outcome) return { id: req.id, done: Promise.resolve(outcome) };
     // Strictly increasing, so queued messages resume in the order they were enqueued.
     const t = (this.lastCreatedAt = Math.max(this.now(), this.lastCreatedAt + 0.001));
     const record: OutboxRecord = {
@@ -329,9 +350,26 @@ export class Outbox {
   private async finish(record: OutboxRecord, state: OutboxState): Promise<void> {
     record.state = state;
     await this.persist(record);
-    const result = toResult(record);
+    const result = this.retire(record);
     for (const resolve of this.waiters.get(record.id) ?? []) resolve(result);
     this.waiters.delete(record.id);
+  }
+
+  /** A finished record: kept whole among the most recent, then by outcome only. */
+  private retire(record: OutboxRecord): OutboxResult {
+    const result = toResult(record);
+    this.finished.delete(record.id);
+    this.finished.set(record.id, result);
+    if (this.finished.size > MAX_FINISHED) this.finished.delete(this.finished.keys().next().value as string);
+    this.records.set(record.id, record);
+    this.recentlyFinished.delete(record.id);
+    this.recentlyFinished.add(record.id);
+    if (this.recentlyFinished.size > RECENT_FINISHED) {
+      const oldest = this.recentlyFinished.values().next().value as string;
+      this.recentlyFinished.delete(oldest);
+      this.records.delete(oldest);
+    }
+    return result;
   }
 
   private async recordDelivery(record: OutboxRecord, status: "sent" | "suppressed" | "failed" | "unknown_after_send", reason?: string): Promise<void> {

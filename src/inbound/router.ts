@@ -292,7 +292,7 @@ export class InboundRouter {
       return this.finish(rec, entryWritten);
     }
     const replyId = `reply:${rec.id}`;
-    if (!outbox.get(replyId)) {
+    if (!outbox.has(replyId)) {
       const outcome = await this.runWithTyping(route, msg, rec.id, target);
       const text = replyText(outcome);
       if (text) await outbox.enqueue({ id: replyId, sessionKey: route.sessionKey, target, text, kind: "reply" });

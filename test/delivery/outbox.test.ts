@@ -104,6 +104,19 @@ describe("outbox — the one outbound gate", () => {
     expect(adapter.sent).toHaveLength(1);
   });
 
+  it("memory stays bounded: old finished records leave get() but their id still delivers once, with the first outcome", async () => {
+    const { outbox, adapter } = await setup();
+    const first = await outbox.enqueue({ id: "old", target, text: "first", kind: "send" });
+    const outcome = await first.done;
+    for (let i = 0; i < 1000; i++) await (await outbox.enqueue({ id: `m${i}`, target, text: `n${i}`, kind: "send" })).done;
+    expect(outbox.get("old")).toBeUndefined();
+    expect(outbox.get("m999")).toMatchObject({ state: "sent", text: "n999" });
+    expect(outbox.has("old")).toBe(true);
+    const again = await outbox.enqueue({ id: "old", target, text: "first", kind: "send" });
+    expect(await again.done).toEqual(outcome);
+    expect(adapter.sent.filter((m) => m.text === "first")).toHaveLength(1);
+  });
+
   it("retries a rate-limited send (honouring retry_after) and delivers exactly once", async () => {
     const { outbox, adapter } = await setup();
     adapter.failures.push(new PlatformError("telegram", "rate_limited", "429 Too Many Requests", { retryAfterMs: 5 }), new PlatformError("telegram", "transport", "ECONNRESET"));

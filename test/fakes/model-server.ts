@@ -44,9 +44,16 @@ export class FakeModelServer {
   private responder: Responder;
   private server: Server | undefined;
   private readonly waiters = new Set<() => void>();
+  private received = 0;
+  private readonly history: boolean;
 
-  constructor(responder: Responder = echoLastUser) {
+  /**
+   * `history: false` (benchmarks) keeps no `requests`: a fake that remembers every body grows its
+   * heap, and its collection pauses would be measured as the daemon's latency.
+   */
+  constructor(responder: Responder = echoLastUser, opts: { history?: boolean } = {}) {
     this.responder = responder;
+    this.history = opts.history ?? true;
   }
 
   setResponder(r: Responder): void {
@@ -122,7 +129,8 @@ export class FakeModelServer {
       sendError(res, 400, "Request body is not valid JSON");
       return;
     }
-    const index = this.requests.push(body) - 1;
+    const index = this.received++;
+    if (this.history) this.requests.push(body);
     for (const waiter of [...this.waiters]) waiter();
 
     const reply = await this.responder(body, index);

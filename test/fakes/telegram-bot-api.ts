@@ -110,6 +110,12 @@ export interface FakeTelegramOptions {
   maxLongPollMs?: number;
   /** Clock (ms), injectable for rate-limit tests. */
   now?: () => number;
+  /**
+   * Keep `calls`, `sent` and the messages replies can point at (default true). Benchmarks turn
+   * it off: a fake that remembers every request grows its heap, and its GC pauses would be
+   * measured as the daemon's latency.
+   */
+  history?: boolean;
 }
 
 export interface InjectTextOptions {
@@ -195,6 +201,7 @@ export class FakeTelegramBotApi {
   readonly commands = new Map<string, unknown[]>();
 
   private readonly now: () => number;
+  private readonly history: boolean;
   private readonly maxLongPollMs: number;
   private server: http.Server | undefined;
   private root = "";
@@ -219,6 +226,7 @@ export class FakeTelegramBotApi {
     this.strictChats = opts.strictChats ?? false;
     this.maxLongPollMs = opts.maxLongPollMs ?? Infinity;
     this.now = opts.now ?? Date.now;
+    this.history = opts.history ?? true;
   }
 
   // ---- lifecycle -------------------------------------------------------------------------------
@@ -305,7 +313,7 @@ export class FakeTelegramBotApi {
     this.applyThread(msg, o);
     if (o.forwardedFrom) msg.forward_origin = { type: "user", date: this.unixNow() - 60, sender_user: o.forwardedFrom };
     if (o.editOf !== undefined) msg.edit_date = this.unixNow();
-    this.remember(msg);
+    if (this.history) this.remember(msg);
     return this.pushUpdate(o.editOf !== undefined ? { edited_message: msg } : { message: msg });
   }
 
@@ -343,7 +351,8 @@ export class FakeTelegramBotApi {
   // ---- HTTP ------------------------------------------------------------------------------------
 
   private async onRequest(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? "/", "http://fake");
+    // The path alone: a request line such as "//bot…" would otherwise parse as a host.
+    const url = new URL(`http://fake${req.url ?? "/"}`);
     const m = /^\/bot([^/]+)\/([A-Za-z]+)$/.exec(url.pathname);
     let body: Record<string, unknown>;
     try {
@@ -353,7 +362,7 @@ export class FakeTelegramBotApi {
     }
     if (!m) return this.respond(res, errors.notFound);
     const call: RecordedCall = { seq: this.calls.length, method: m[2], body, at: this.now() };
-    this.calls.push(call);
+    if (this.history) this.calls.push(call);
     const answer = (reply: ApiReply): void => {
       call.reply = reply;
       this.respond(res, reply);
@@ -439,10 +448,21 @@ export class FakeTelegramBotApi {
       if (chat.is_forum) msg.is_topic_message = true;
     }
     if (replied) msg.reply_to_message = replied;
-    this.remember(msg);
-    this.sent.push(msg);
-    this.sendLog.push({ chatId, at: this.now() });
+    if (this.history) {
+      this.remember(msg);
+      this.sent.push(msg);
+    }
+    this.logSend(chatId);
     return ok(msg);
+  }
+
+  /** Accepted sends of the longest rate-limit window (a minute), for checkRateLimit. */
+  private logSend(chatId: number): void {
+    const at = this.now();
+    this.sendLog.push({ chatId, at });
+    let old = 0;
+    while (old < this.sendLog.length && this.sendLog[old].at <= at - 60_000) old++;
+    if (old) this.sendLog.splice(0, old);
   }
 
   /** Sliding windows over accepted sends; a refused send does not count. */

@@ -51,6 +51,22 @@ describe("session store (SQLite through keyv)", () => {
     expect(b.updatedAt).toBeGreaterThan(a.updatedAt);
   });
 
+  it("entry writes are issued at once, in call order — never chained behind the previous write's commit", async () => {
+    const { kv, stateDir } = await open();
+    const space = kv.space<SessionEntry>("sessions");
+    const issued: string[] = [];
+    const store = new SessionStore({ ...space, set: (key, value) => (issued.push(`${key}=${value.label}`), space.set(key, value)) }, stateDir);
+    await store.load();
+    const first = store.stage("agent:main:main", "main", { label: "one" }).written;
+    const second = store.stage("agent:main:main", "main", { label: "two" }).written;
+    // Synchronously issued, so the store commits them before any write issued later — the
+    // inbound router and the runtime rely on that: a reply's outbox record (written later) is
+    // never durable before the entry writes that preceded it (kv.ts commits in issue order).
+    expect(issued).toEqual(["agent:main:main=one", "agent:main:main=two"]);
+    await Promise.all([first, second]);
+    expect((await space.get("agent:main:main"))?.label).toBe("two");
+  });
+
   it("R12 a sessionId resolves to its key; reset mints a new id and forgets the old one", async () => {
     const { store } = await open();
     const e = await store.upsert("agent:main:main", "main", { sendPolicy: "deny", totalTokens: 30 });
