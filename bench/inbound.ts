@@ -96,7 +96,6 @@ export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFi
   } finally {
     daemon.kill("SIGTERM");
     await daemon.exited;
-    if (process.env.XOUT) (await import("node:fs")).writeFileSync(process.env.XOUT, daemon.output());
     await api.stop();
     await model.stop();
     tmp.remove();
@@ -138,17 +137,6 @@ export async function benchCorePipeline(o: InboundOptions): Promise<InboundFigur
       return c.user + c.system;
     });
     if (daemon.app.sessions.size < o.sessions) throw new Error(`expected ${o.sessions} sessions, the daemon has ${daemon.app.sessions.size}`);
-    if (process.env.SB_BENCH_HEAPSNAPSHOT) (await import("node:v8")).writeHeapSnapshot(process.env.SB_BENCH_HEAPSNAPSHOT);
-    if (process.env.XLIVE) {
-      const a = daemon.app as any;
-      const live = (label: string) => { (globalThis as any).gc?.(); (globalThis as any).gc?.(); console.log(label.padEnd(30), (process.memoryUsage().heapUsed / 1e6).toFixed(1), "MB"); };
-      live("all");
-      a.outbox.records.clear(); live("- outbox records");
-      a.runtime.completed.clear(); live("- runtime completed");
-      a.router.doneIds.clear(); live("- router doneIds");
-      a.transcripts.tails.clear(); live("- transcript tails (+caches)");
-      console.log("sizes", a.sessions.size);
-    }
     return figures;
   } finally {
     await daemon.stop();
@@ -168,7 +156,7 @@ function processCpuMicros(pid: number): number {
 const CLOCK_TICKS_PER_SECOND = 100;
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const o: InboundOptions = { sessions: 1000, rate: Number(process.env.RATE ?? 2000), seconds: 3, runs: 3, burst: 5000, maxConcurrent: Number(process.env.MAXC ?? 16) };
+  const o: InboundOptions = { sessions: 1000, rate: Number(process.env.RATE ?? 2000), seconds: 3, runs: 3, burst: 5000, maxConcurrent: 16 };
   const show = (label: string, f: InboundFigures) => {
     for (const r of f.runs) console.log(label, `offered ${r.offered}/s → ${r.throughput.toFixed(0)}/s p50 ${r.p50.toFixed(1)} ms p99 ${r.p99.toFixed(1)} ms (${r.answered}/${r.sent}) cpu ${r.cpuUsPerMessage?.toFixed(0)} µs/msg`);
     for (const r of f.burst) console.log(label, `burst ${r.sent} → ${r.throughput.toFixed(0)}/s`);
