@@ -18,8 +18,12 @@ import { promises as fs, writeSync } from "node:fs";
 import path from "node:path";
 import { deepFreeze } from "../util/freeze.js";
 
-/** Messages kept in memory per transcript: more than the runtime's history window (60). */
-const TAIL_MESSAGES = 100;
+/**
+ * Messages kept in memory per transcript: the runtime's history window (60) and a few more.
+ * Every cached message is live heap that each full collection walks (bench/); longer reads
+ * (sessions_history, chat.history) go to the file.
+ */
+const TAIL_MESSAGES = 64;
 /** Transcripts whose tails stay cached (least recently used dropped first). */
 const MAX_TAILS = 2000;
 /** A synchronous append slower than this (a slow or remote disk) turns them asynchronous for good. */
@@ -97,6 +101,8 @@ export class TranscriptStore {
   private readonly checked = new Set<string>();
   private readonly tails = new Map<string, Tail>();
   private readonly handles = new Map<string, Promise<fs.FileHandle>>();
+  /** The handles of `handles` that have opened, for synchronous appends. */
+  private readonly open = new Map<string, fs.FileHandle>();
   /** Appends are written synchronously until one takes longer than SLOW_SYNC_WRITE_MS. */
   syncWrites = true;
   /** Lines appended per file in this process (tells a read that raced an append). */
@@ -153,12 +159,25 @@ export class TranscriptStore {
   /** Flush, then close the append handles (the store stays usable; handles reopen on demand). */
   async close(): Promise<void> {
     await this.flush();
-    const open = [...this.handles.values()];
+    const handles = [...this.handles.values()];
     this.handles.clear();
-    await Promise.all(open.map((h) => h.then((fh) => fh.close()).catch(() => undefined)));
+    this.open.clear();
+    await Promise.all(handles.map((h) => h.then((fh) => fh.close()).catch(() => undefined)));
   }
 
   private write(ref: TranscriptRef, line: TranscriptLine): Promise<void> {
+    // The common case — a known file, its handle open, nothing queued before this line — is
+    // written synchronously, without the promise chain (three appends a message, bench/).
+    const open = this.syncWrites && !this.chains.has(ref.path) && this.checked.has(ref.path) ? this.open.get(ref.path) : undefined;
+    if (open) {
+      try {
+        this.touchHandle(ref.path);
+        this.append(ref.path, open, line, "");
+        return Promise.resolve();
+      } catch (err) {
+        return Promise.reject(err);
+      }
+    }
     const prev = this.chains.get(ref.path) ?? Promise.resolve();
     const run = prev.then(() => this.doWrite(ref, line));
     const tracked = run.catch(() => undefined).finally(() => {
@@ -176,21 +195,32 @@ export class TranscriptStore {
       this.checked.add(ref.path);
       if (prepared.created) this.remember(ref.path, { messages: [], complete: true });
     }
-    const json = JSON.stringify(line);
     const handle = await this.handleFor(ref.path);
-    this.appended.set(ref.path, (this.appended.get(ref.path) ?? 0) + 1);
+    if (this.syncWrites) return this.append(ref.path, handle, line, prefix);
+    const json = JSON.stringify(line);
     const bytes = Buffer.from(`${prefix}${json}\n`, "utf8");
-    if (this.syncWrites) {
-      // One write(2) of a few hundred bytes into the page cache: cheaper on the event loop than a
-      // thread-pool round trip that queues behind SQLite (+25% inbound throughput, bench/). A
-      // disk slow enough to make that visible switches this store to asynchronous writes.
-      const started = performance.now();
-      for (let off = 0; off < bytes.length; ) off += writeSync(handle.fd, bytes, off, bytes.length - off, null);
-      if (performance.now() - started > SLOW_SYNC_WRITE_MS) this.syncWrites = false;
-    } else {
-      for (let off = 0; off < bytes.length; ) off += (await handle.write(bytes, off, bytes.length - off, null)).bytesWritten;
-    }
-    const tail = line.type === "message" ? this.tails.get(ref.path) : undefined;
+    for (let off = 0; off < bytes.length; ) off += (await handle.write(bytes, off, bytes.length - off, null)).bytesWritten;
+    this.appended.set(ref.path, (this.appended.get(ref.path) ?? 0) + 1);
+    this.cacheTail(ref.path, line, json);
+  }
+
+  /**
+   * One write(2) of a few hundred bytes into the page cache: cheaper on the event loop than a
+   * thread-pool round trip that queues behind SQLite (+25% inbound throughput, bench/). A disk
+   * slow enough to make that visible switches this store to asynchronous writes.
+   */
+  private append(file: string, handle: fs.FileHandle, line: TranscriptLine, prefix: string): void {
+    const json = JSON.stringify(line);
+    const bytes = Buffer.from(`${prefix}${json}\n`, "utf8");
+    const started = performance.now();
+    for (let off = 0; off < bytes.length; ) off += writeSync(handle.fd, bytes, off, bytes.length - off, null);
+    if (performance.now() - started > SLOW_SYNC_WRITE_MS) this.syncWrites = false;
+    this.appended.set(file, (this.appended.get(file) ?? 0) + 1);
+    this.cacheTail(file, line, json);
+  }
+
+  private cacheTail(file: string, line: TranscriptLine, json: string): void {
+    const tail = line.type === "message" ? this.tails.get(file) : undefined;
     if (tail) {
       // A copy as read from disk would be: callers' objects are neither kept nor shared.
       tail.messages.push(deepFreeze((JSON.parse(json) as { message: TranscriptMessage }).message));
@@ -207,22 +237,34 @@ export class TranscriptStore {
     if (this.tails.size > MAX_TAILS) this.tails.delete(this.tails.keys().next().value as string);
   }
 
-  /** An append handle for `file` (LRU); an evicted handle is closed once its pending writes ended. */
-  private handleFor(file: string): Promise<fs.FileHandle> {
-    let handle = this.handles.get(file);
+  /** Marks `file`'s handle most recently used; returns it if there is one. */
+  private touchHandle(file: string): Promise<fs.FileHandle> | undefined {
+    const handle = this.handles.get(file);
     if (handle) {
       this.handles.delete(file);
       this.handles.set(file, handle);
-      return handle;
     }
-    handle = fs.open(file, "a");
+    return handle;
+  }
+
+  /** An append handle for `file` (LRU); an evicted handle is closed once its pending writes ended. */
+  private handleFor(file: string): Promise<fs.FileHandle> {
+    const existing = this.touchHandle(file);
+    if (existing) return existing;
+    const handle = fs.open(file, "a");
     this.handles.set(file, handle);
-    handle.catch(() => {
-      if (this.handles.get(file) === handle) this.handles.delete(file);
-    });
+    handle.then(
+      (fh) => {
+        if (this.handles.get(file) === handle) this.open.set(file, fh);
+      },
+      () => {
+        if (this.handles.get(file) === handle) this.handles.delete(file);
+      },
+    );
     if (this.handles.size > MAX_OPEN_FILES) {
       const [oldest, old] = this.handles.entries().next().value as [string, Promise<fs.FileHandle>];
       this.handles.delete(oldest);
+      this.open.delete(oldest);
       void Promise.resolve(this.chains.get(oldest))
         .then(() => old)
         .then((fh) => fh.close())

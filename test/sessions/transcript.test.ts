@@ -47,6 +47,22 @@ describe("transcripts (append-only JSONL)", () => {
     expect((await fresh.readMessages(r.path, 5)).length).toBe(2);
   });
 
+  it("appends to more transcripts than open handles are kept (1,024): every line lands once, in order, and reads back", async () => {
+    const t = new TranscriptStore();
+    const base = ref();
+    const refs = Array.from({ length: 1100 }, (_, i) => ({ ...base, path: base.path.replace("s1.jsonl", `s${i}.jsonl`), sessionId: `s${i}` }));
+    // Interleaved, unawaited: the first append of a file opens it, later ones take the synchronous path.
+    const writes = refs.flatMap((r, i) => [t.appendMessage(r, { role: "user", content: `a${i}`, timestamp: 1 }), t.appendMessage(r, { role: "user", content: `b${i}`, timestamp: 2 })]);
+    await Promise.all(writes);
+    for (const [i, r] of refs.entries()) await t.appendMessage(r, { role: "user", content: `c${i}`, timestamp: 3 });
+    await t.close();
+    for (const [i, r] of refs.entries()) {
+      const lines = readFileSync(r.path, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+      expect(lines.map((l) => l.message?.content ?? l.type)).toEqual(["session", `a${i}`, `b${i}`, `c${i}`]);
+    }
+    expect((await new TranscriptStore().readMessages(refs[5].path)).map((m) => m.role === "user" && m.content)).toEqual(["a5", "b5", "c5"]);
+  });
+
   it("a missing transcript reads as empty", async () => {
     const t = new TranscriptStore();
     expect(await t.readMessages("/nonexistent/x.jsonl", 10)).toEqual([]);
