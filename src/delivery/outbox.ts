@@ -129,15 +129,19 @@ export class Outbox {
     const retention = this.deps.retentionMs ?? 24 * 3600_000;
     const rows = await this.deps.space.entries();
     rows.sort((a, b) => a[1].createdAt - b[1].createdAt);
+    // Deleted together: the store runs consecutive deletes as one statement, where one commit
+    // each made a restart after weeks of uptime spend minutes pruning.
+    const expired: Array<Promise<void>> = [];
     for (const [, record] of rows) {
       if (TERMINAL.has(record.state)) {
-        if (this.now() - record.updatedAt > retention) await this.deps.space.delete(record.id);
+        if (this.now() - record.updatedAt > retention) expired.push(this.deps.space.delete(record.id));
         else this.retire(record);
         continue;
       }
       this.records.set(record.id, record);
       this.schedule(record);
     }
+    await Promise.all(expired);
   }
 
   open(): void {

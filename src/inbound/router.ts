@@ -110,10 +110,12 @@ export class InboundRouter {
     const rows = await this.deps.space.entries();
     rows.sort((a, b) => a[1].receivedAt - b[1].receivedAt);
     const now = Date.now();
+    const expired: Array<Promise<void>> = [];
     for (const [, rec] of rows) {
       if (rec.state === "done") {
-        // Done ids are remembered for a day so a platform redelivery stays a no-op.
-        if (now - rec.receivedAt > DONE_RETENTION_MS) await this.deps.space.delete(rec.id);
+        // Done ids are remembered for a day so a platform redelivery stays a no-op. Expired ones
+        // are deleted together: the store runs consecutive deletes as one statement.
+        if (now - rec.receivedAt > DONE_RETENTION_MS) expired.push(this.deps.space.delete(rec.id));
         else this.rememberDone(rec.id, rec.receivedAt);
         continue;
       }
@@ -122,6 +124,7 @@ export class InboundRouter {
       this.deps.log.info({ inboundId: rec.id }, "resuming inbound message accepted before restart");
       this.schedule(rec);
     }
+    await Promise.all(expired);
   }
 
   /**

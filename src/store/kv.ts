@@ -133,7 +133,9 @@ type WriteOp = { kind: "set"; key: string; raw: string } | { kind: "delete"; key
 /**
  * Group commit: writes issued while the previous statement runs are coalesced into one
  * multi-row upsert (one SQLite transaction), so a burst of N writes costs a handful of commits
- * instead of N. Order is kept: a delete splits the batch. Each caller resolves after its commit.
+ * instead of N; consecutive deletes likewise share one statement. Order is kept: a run of sets
+ * and a run of deletes never share a statement, and statements run in issue order. Each caller
+ * resolves after its commit.
  */
 class BatchWriter {
   private queue: Array<{ op: WriteOp; resolve: () => void; reject: (err: unknown) => void }> = [];
@@ -172,17 +174,18 @@ class BatchWriter {
     }
   }
 
-  /** Consecutive sets (at most 400, well under SQLite's bound-parameter limit), or one delete. */
+  /** Consecutive writes of one kind: at most 400, well under SQLite's bound-parameter limit. */
   private takeBatch() {
-    if (this.queue[0].op.kind === "delete") return this.queue.splice(0, 1);
+    const kind = this.queue[0].op.kind;
     let n = 0;
-    while (n < this.queue.length && n < 400 && this.queue[n].op.kind === "set") n++;
+    while (n < this.queue.length && n < 400 && this.queue[n].op.kind === kind) n++;
     return this.queue.splice(0, n);
   }
 
   private async execute(ops: WriteOp[]): Promise<void> {
     if (ops[0].kind === "delete") {
-      await this.store.query("DELETE FROM keyv WHERE key = ?", ops[0].key);
+      const keys = [...new Set(ops.map((op) => op.key))];
+      await this.store.query(`DELETE FROM keyv WHERE key IN (${keys.map(() => "?").join(", ")})`, ...keys);
       return;
     }
     // The last write of a key in the batch wins.

@@ -147,6 +147,21 @@ describe("outbox — the one outbound gate", () => {
     expect(outbox.get("nonce")?.unknownChunks).toBeUndefined();
   });
 
+  it("at start, finished records older than the retention (a day) are pruned — all of them — and newer ones still dedupe", async () => {
+    const first = await setup();
+    const space = first.kv.space<OutboxRecord>("outbox");
+    const day = 24 * 3600_000;
+    const finished = (id: string, age: number): OutboxRecord => ({ id, target, kind: "reply", text: id, state: "sent", next: 1, messageIds: ["9"], attempts: 1, createdAt: Date.now() - age, updatedAt: Date.now() - age });
+    await Promise.all(Array.from({ length: 1500 }, (_, i) => space.set(`old${i}`, finished(`old${i}`, day + 60_000))));
+    await space.set("recent", finished("recent", day - 60_000));
+    const second = await setup({ stateDir: first.stateDir });
+    const left = (await second.kv.space<OutboxRecord>("outbox").entries()).map(([k]) => k);
+    expect(left).toEqual(["recent"]);
+    const again = await second.outbox.enqueue({ id: "recent", target, text: "recent", kind: "reply" });
+    expect(await again.done).toMatchObject({ status: "sent", messageIds: ["9"] });
+    expect(second.adapter.sent).toHaveLength(0);
+  });
+
   it("a queued message survives a restart and is delivered after it", async () => {
     const queued: OutboxRecord = { id: "q", target, kind: "reply", text: "still here", state: "queued", next: 0, messageIds: [], attempts: 0, createdAt: Date.now(), updatedAt: Date.now() };
     const { adapter } = await resumeAfterRestart(queued);

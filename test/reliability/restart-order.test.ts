@@ -2,6 +2,7 @@
  * Order across a restart: messages (and their replies) that were accepted but not finished when
  * the daemon went down are resumed in arrival order — also when a whole batch was accepted
  * within one millisecond (a Telegram getUpdates batch), where ids like "…:10" sort before "…:9".
+ * And what a restart forgets: inbound ids done more than a day ago (kept that long for dedupe).
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -46,5 +47,27 @@ describe("restart keeps arrival order", () => {
     const said = (await b.app.transcripts.readMessages(b.app.sessions.transcriptPath(entry))).filter((m) => m.role === "user").map((m) => m.content);
     expect(said).toEqual(batch.map((m) => m.text));
     release();
+  });
+
+  it("at start, inbound ids done more than a day ago are pruned — all of them — and newer ones still dedupe a redelivery", async () => {
+    const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-prune-"));
+    dirs.push(stateDir);
+    const a = await startHarness({ stateDir, adapters: [new RecordingAdapter("telegram")] });
+    harnesses.push(a);
+    const space = a.app.kv.space<{ id: string; state: string; receivedAt: number }>("inbound");
+    const dayAgo = Date.now() - 24 * 3600_000;
+    await Promise.all(Array.from({ length: 1500 }, (_, i) => space.set(`telegram:default:old${i}`, { id: `telegram:default:old${i}`, state: "done", receivedAt: dayAgo - 60_000 })));
+    await space.set("telegram:default:recent", { id: "telegram:default:recent", state: "done", receivedAt: dayAgo + 60_000 });
+    await a.stop({ keepState: true });
+    harnesses.splice(harnesses.indexOf(a), 1);
+
+    const adapter = new RecordingAdapter("telegram");
+    const b = await startHarness({ stateDir, adapters: [adapter] });
+    harnesses.push(b);
+    const left = (await b.app.kv.space("inbound").entries()).map(([k]) => k);
+    expect(left).toEqual(["telegram:default:recent"]);
+    expect(await b.app.router.accept(inbound({ messageId: "recent", text: "again" }))).toEqual({ status: "duplicate" });
+    expect(await b.app.router.accept(inbound({ messageId: "old7", text: "pruned id, a new message" }))).toEqual({ status: "accepted" });
+    await vi.waitFor(() => expect(adapter.sent.map((m) => m.text)).toEqual(["echo: pruned id, a new message"]));
   });
 });
