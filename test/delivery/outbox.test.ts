@@ -28,6 +28,7 @@ async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapt
   const sessions = new SessionStore(kv.space<SessionEntry>("sessions"), stateDir);
   await sessions.load();
   const transcripts = new TranscriptStore();
+  cleanups.push(() => transcripts.close());
   const adapter = opts.adapter ?? new RecordingAdapter("telegram", "default", 50);
   const outbox = new Outbox({
     space: kv.space<OutboxRecord>("outbox"),

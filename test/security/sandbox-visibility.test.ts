@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentTool, ToolContext } from "../../src/tools/types.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
-import { call, features, lastToolResult, stepOf, toolDriver } from "../helpers/tool-driver.js";
+import { call, features, lastToolResult, settle, stepOf, toolDriver } from "../helpers/tool-driver.js";
 
 const ME = "agent:main:telegram:group:-100100";
 const OTHER = "agent:main:telegram:group:-200200";
@@ -36,7 +36,9 @@ beforeAll(async () => {
   const spawned = await lastToolResult<{ childSessionKey?: string; status: string }>(h.app, ME);
   expect(spawned.status).toBe("accepted");
   myChild = spawned.childSessionKey as string;
-  await features(h).background.idle(10_000);
+  // The child runs in its own lane, which background.idle alone does not see: settle waits for
+  // its run and announce too, so no late announce lands inside a test's model-request window.
+  await settle(h);
   for (const t of h.app.toolsFor({ sessionKey: ME, agentId: "main" })) tools.set(t.name, t);
 });
 afterAll(async () => {

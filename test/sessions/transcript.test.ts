@@ -5,7 +5,18 @@ import { afterEach, describe, expect, it } from "vitest";
 import { TranscriptStore } from "../../src/sessions/transcript.js";
 
 const dirs: string[] = [];
-afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
+const stores: TranscriptStore[] = [];
+afterEach(async () => {
+  // Closed explicitly: Node warns about (and will refuse) file handles closed by the collector.
+  for (const t of stores.splice(0)) await t.close();
+  dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true }));
+});
+
+function store(): TranscriptStore {
+  const t = new TranscriptStore();
+  stores.push(t);
+  return t;
+}
 
 function ref() {
   const dir = mkdtempSync(path.join(os.tmpdir(), "sb-tr-"));
@@ -15,7 +26,7 @@ function ref() {
 
 describe("transcripts (append-only JSONL)", () => {
   it("R11 writes a session header then raw message lines, read back in order", async () => {
-    const t = new TranscriptStore();
+    const t = store();
     const r = ref();
     await t.appendMessage(r, { role: "user", content: "hi", timestamp: 1 });
     await t.appendMessage(r, { role: "assistant", content: [{ type: "text", text: "hello" }], timestamp: 2 });
@@ -26,7 +37,7 @@ describe("transcripts (append-only JSONL)", () => {
   });
 
   it("reads the last N messages of a long transcript from the end", async () => {
-    const t = new TranscriptStore();
+    const t = store();
     const r = ref();
     for (let i = 0; i < 3000; i++) await t.appendMessage(r, { role: "user", content: `m${i} ${"x".repeat(50)}`, timestamp: i });
     await t.appendDelivery(r, { status: "suppressed", outboxId: "o", channel: "telegram", to: "1" });
@@ -37,18 +48,18 @@ describe("transcripts (append-only JSONL)", () => {
   });
 
   it("a torn last line (killed mid-write) is skipped and fenced off before the next append", async () => {
-    const t = new TranscriptStore();
+    const t = store();
     const r = ref();
     await t.appendMessage(r, { role: "user", content: "one", timestamp: 1 });
     appendFileSync(r.path, '{"type":"message","id":"torn","mess');
-    const fresh = new TranscriptStore();
+    const fresh = store();
     await fresh.appendMessage(r, { role: "user", content: "two", timestamp: 2 });
     expect((await fresh.readMessages(r.path)).map((m) => m.role === "user" && m.content)).toEqual(["one", "two"]);
     expect((await fresh.readMessages(r.path, 5)).length).toBe(2);
   });
 
   it("appends to more transcripts than open handles are kept (1,024): every line lands once, in order, and reads back", async () => {
-    const t = new TranscriptStore();
+    const t = store();
     const base = ref();
     const refs = Array.from({ length: 1100 }, (_, i) => ({ ...base, path: base.path.replace("s1.jsonl", `s${i}.jsonl`), sessionId: `s${i}` }));
     // Interleaved, unawaited: the first append of a file opens it, later ones take the synchronous path.
@@ -60,11 +71,11 @@ describe("transcripts (append-only JSONL)", () => {
       const lines = readFileSync(r.path, "utf8").trim().split("\n").map((l) => JSON.parse(l));
       expect(lines.map((l) => l.message?.content ?? l.type)).toEqual(["session", `a${i}`, `b${i}`, `c${i}`]);
     }
-    expect((await new TranscriptStore().readMessages(refs[5].path)).map((m) => m.role === "user" && m.content)).toEqual(["a5", "b5", "c5"]);
+    expect((await store().readMessages(refs[5].path)).map((m) => m.role === "user" && m.content)).toEqual(["a5", "b5", "c5"]);
   });
 
   it("a missing transcript reads as empty", async () => {
-    const t = new TranscriptStore();
+    const t = store();
     expect(await t.readMessages("/nonexistent/x.jsonl", 10)).toEqual([]);
   });
 });
