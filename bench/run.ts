@@ -4,13 +4,14 @@
  * Benchmarks print figures; they never pass or fail a build (DESIGN "Tests").
  *
  *   npm run bench                 # everything (~2-3 minutes on 2 cores)
- *   BENCH_ONLY=gateway npm run bench   # one group: inbound | gateway | send
+ *   BENCH_ONLY=gateway npm run bench   # one group: inbound | gateway | send | caches
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { fileURLToPath } from "node:url";
 import { benchGateway } from "./gateway.js";
 import { benchCorePipeline, benchTelegramInbound, type InboundFigures, type InboundOptions } from "./inbound.js";
+import { benchEviction } from "./bounded-map.js";
 import { benchSessionsSend } from "./sessions-send.js";
 import { spread, type Spread } from "./lib/stats.js";
 
@@ -81,6 +82,15 @@ if (!only || only === "send") {
   add("sessions_send (wait mode) overhead beyond model time: p50", "ms", s.toolOverhead.p50, { op: "<", value: 10 }, "the session tool, in-process daemon, instant model");
   add("sessions_send (wait mode) overhead beyond model time: p99", "ms", s.toolOverhead.p99);
   add("gateway agent + agent.wait overhead beyond model time: p50", "ms", s.gatewayOverhead.p50, undefined, "same, through the WebSocket gateway");
+}
+
+if (!only || only === "caches") {
+  process.stderr.write("bench: cache eviction…\n");
+  const runs = Array.from({ length: 3 }, () => benchEviction([10_000, 100_000], 50_000));
+  for (const [i, size] of [10_000, 100_000].entries()) {
+    add(`full cache of ${size.toLocaleString("en")} entries, insert + evict oldest: plain Map`, "µs", spread(runs.map((r) => r[i].plainMapUs)), undefined, "done inbound ids, finished outbox outcomes, run completions, idempotency results");
+    add(`full cache of ${size.toLocaleString("en")} entries, insert + evict oldest: BoundedMap (used)`, "µs", spread(runs.map((r) => r[i].boundedMapUs)));
+  }
 }
 
 const seconds = (performance.now() - started) / 1000;

@@ -13,6 +13,7 @@ import { registerHooksRoute } from "./sources/hooks.js";
 import { BackgroundTasks } from "./tools/background.js";
 import { sessionTools, subagentToolFilter } from "./tools/session-tools.js";
 import type { AgentTool, ToolSource } from "./tools/types.js";
+import { BoundedMap } from "./util/bounded-map.js";
 
 /** How long stop() waits for background agent-to-agent and announce work. */
 const BACKGROUND_DRAIN_MS = 5000;
@@ -81,14 +82,11 @@ const TOOL_LISTS_KEPT = 2000;
  * recently active sessions are built once instead of five closures and schemas per message.
  */
 function cachedPerScope(source: ToolSource): ToolSource {
-  const lists = new Map<string, AgentTool[]>();
+  const lists = new BoundedMap<string, AgentTool[]>(TOOL_LISTS_KEPT);
   return (scope) => {
     const key = `${scope.agentId}\u0000${scope.sessionKey}`;
     let list = lists.get(key);
-    if (list) lists.delete(key);
-    else list = source(scope);
-    lists.set(key, list);
-    if (lists.size > TOOL_LISTS_KEPT) lists.delete(lists.keys().next().value as string);
+    if (!list) lists.set(key, (list = source(scope)));
     return list;
   };
 }

@@ -18,7 +18,7 @@ import {
 import type { WhatsAppConfig } from "../../src/config/schema.js";
 import { resetKvAuthState } from "./auth-state.js";
 import { createBaileysSocketFactory, type BaileysSocketFactoryOptions } from "./baileys-socket.js";
-import { BoundedMap } from "./bounded-map.js";
+import { BoundedMap } from "../../src/util/bounded-map.js";
 import { toPlatformError } from "./errors.js";
 import { jidForTarget, jidKind, normalizeJid } from "./jid.js";
 import { whatsappRateLimits } from "./limits.js";

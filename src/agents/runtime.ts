@@ -8,6 +8,7 @@ import { randomUUID } from "node:crypto";
 import PQueue from "p-queue";
 import type pino from "pino";
 import { lazyChild } from "../log.js";
+import { BoundedMap } from "../util/bounded-map.js";
 import type { Config } from "../config/schema.js";
 import type { DeliveryContext } from "../sessions/entry.js";
 import type { SessionStore } from "../sessions/session-store.js";
@@ -79,7 +80,7 @@ export interface RuntimeDeps {
   log: pino.Logger;
   /** How long finished runs stay answerable by agent.wait (ms). */
   completionTtlMs?: number;
-  /** Upper bound on remembered completions, so a busy daemon's memory stays flat. */
+  /** Upper bound on remembered completions (at least half as many are kept), so a busy daemon's memory stays flat. */
   maxCompletions?: number;
 }
 
@@ -92,13 +93,14 @@ interface ActiveRun {
 export class AgentRuntime {
   readonly events = new EventEmitter();
   private readonly runs = new Map<string, ActiveRun>();
-  private readonly completed = new Map<string, RunInfo>();
+  private readonly completed: BoundedMap<string, RunInfo>;
   private readonly sessionLanes = new Map<string, Promise<unknown>>();
   private readonly pools: Record<Lane, PQueue>;
   private readonly sweeper: NodeJS.Timeout;
   private draining = false;
 
   constructor(private readonly deps: RuntimeDeps) {
+    this.completed = new BoundedMap(deps.maxCompletions ?? MAX_COMPLETIONS);
     const d = deps.config.agents.defaults;
     this.pools = {
       main: new PQueue({ concurrency: d.maxConcurrent }),
@@ -309,8 +311,6 @@ export class AgentRuntime {
     else info.error = outcome.error;
     this.runs.delete(info.runId);
     this.completed.set(info.runId, info);
-    const max = this.deps.maxCompletions ?? MAX_COMPLETIONS;
-    if (this.completed.size > max) this.completed.delete(this.completed.keys().next().value as string);
     this.emit({ phase: "end", runId: info.runId, sessionKey: info.sessionKey, outcome });
   }
 

@@ -19,6 +19,7 @@ import type { TranscriptStore } from "../sessions/transcript.js";
 import type { KvSpace } from "../store/kv.js";
 import { chunkText } from "./chunk.js";
 import { RateLimiter } from "./rate-limiter.js";
+import { BoundedMap } from "../util/bounded-map.js";
 
 export type OutboundKind = "reply" | "announce" | "send" | "command";
 
@@ -91,13 +92,13 @@ const TERMINAL: ReadonlySet<OutboxState> = new Set(["sent", "suppressed", "faile
  * full passes over that heap were the longest pauses on the inbound path (bench/).
  */
 const RECENT_FINISHED = 1000;
-/** Finished messages whose outcome answers a repeated enqueue of their id (newest kept). */
+/** Finished messages whose outcome answers a repeated enqueue of their id (at least half as many kept, newest). */
 const MAX_FINISHED = 100_000;
 
 export class Outbox {
   /** Unfinished messages and the RECENT_FINISHED most recently finished. */
   private readonly records = new Map<string, OutboxRecord>();
-  private readonly finished = new Map<string, OutboxResult>();
+  private readonly finished = new BoundedMap<string, OutboxResult>(MAX_FINISHED);
   /** Ids of the finished records still in `records`, oldest first. */
   private readonly recentlyFinished = new Set<string>();
   private readonly waiters = new Map<string, Array<(r: OutboxResult) => void>>();
@@ -362,9 +363,7 @@ export class Outbox {
   /** A finished record: kept whole among the most recent, then by outcome only. */
   private retire(record: OutboxRecord): OutboxResult {
     const result = toResult(record);
-    this.finished.delete(record.id);
     this.finished.set(record.id, result);
-    if (this.finished.size > MAX_FINISHED) this.finished.delete(this.finished.keys().next().value as string);
     this.records.set(record.id, record);
     this.recentlyFinished.delete(record.id);
     this.recentlyFinished.add(record.id);

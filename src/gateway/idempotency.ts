@@ -2,13 +2,17 @@
  * Results of side-effecting gateway calls by idempotencyKey, shared by every connection, so a
  * client that retries after a reconnect gets the first result instead of a second effect.
  */
+import { BoundedMap } from "../util/bounded-map.js";
+
 export class IdempotencyCache<T> {
-  private readonly items = new Map<string, { value: T; expires: number }>();
+  private readonly items: BoundedMap<string, { value: T; expires: number }>;
 
   constructor(
     private readonly ttlMs = 10 * 60_000,
-    private readonly max = 10_000,
-  ) {}
+    max = 10_000,
+  ) {
+    this.items = new BoundedMap(max);
+  }
 
   get(key: string): T | undefined {
     const hit = this.items.get(key);
@@ -21,9 +25,6 @@ export class IdempotencyCache<T> {
   }
 
   set(key: string, value: T): void {
-    this.items.delete(key);
     this.items.set(key, { value, expires: Date.now() + this.ttlMs });
-    // Oldest first: Map iteration order is insertion order.
-    while (this.items.size > this.max) this.items.delete(this.items.keys().next().value as string);
   }
 }

@@ -24,6 +24,7 @@ import { parseCommand, type ParsedCommand } from "./command-parse.js";
 import { executeCommand, type CommandDeps } from "./commands.js";
 import { isOwner } from "./owners.js";
 import { resolveRoute, type Route } from "./route.js";
+import { BoundedMap } from "../util/bounded-map.js";
 
 interface InboundRecord {
   id: string;
@@ -94,14 +95,14 @@ const MAX_DONE_IDS = 200_000;
 export class InboundRouter {
   private readonly records = new Map<string, InboundRecord>();
   /** Ids of finished messages (bounded), so a platform redelivery stays a no-op. */
-  private readonly doneIds = new Map<string, number>();
+  private readonly doneIds = new BoundedMap<string, number>(MAX_DONE_IDS);
   private readonly lanes = new Map<string, Promise<void>>();
   private readonly inflight = new Set<Promise<void>>();
   /** Messages accepted before a restart and not finished (their transcript line may exist). */
   private readonly resumed = new Set<string>();
   private lastReceivedAt = 0;
   /** When each chat last got a typing indicator (bounded). */
-  private readonly lastTyping = new Map<string, number>();
+  private readonly lastTyping = new BoundedMap<string, number>(10_000);
 
   constructor(private readonly deps: RouterDeps) {}
 
@@ -315,9 +316,7 @@ export class InboundRouter {
     const typing = () => {
       const now = Date.now();
       if (now - (this.lastTyping.get(chat) ?? 0) < TYPING_MIN_GAP_MS) return;
-      this.lastTyping.delete(chat);
       this.lastTyping.set(chat, now);
-      if (this.lastTyping.size > 10_000) this.lastTyping.delete(this.lastTyping.keys().next().value as string);
       void adapter?.typing?.(target).catch(() => undefined);
     };
     let timer: NodeJS.Timeout | undefined;
@@ -397,7 +396,6 @@ export class InboundRouter {
 
   private rememberDone(id: string, at: number): void {
     this.doneIds.set(id, at);
-    if (this.doneIds.size > MAX_DONE_IDS) this.doneIds.delete(this.doneIds.keys().next().value as string);
   }
 }
 

@@ -17,6 +17,7 @@ import { randomUUID } from "node:crypto";
 import { promises as fs, writeSync } from "node:fs";
 import path from "node:path";
 import { deepFreeze } from "../util/freeze.js";
+import { BoundedMap } from "../util/bounded-map.js";
 
 /**
  * Messages kept in memory per transcript: the runtime's history window (60) and a few more.
@@ -99,7 +100,7 @@ export class TranscriptStore {
   private readonly lastIds = new Map<string, string>();
   private readonly chains = new Map<string, Promise<unknown>>();
   private readonly checked = new Set<string>();
-  private readonly tails = new Map<string, Tail>();
+  private readonly tails = new BoundedMap<string, Tail>(MAX_TAILS);
   private readonly handles = new Map<string, Promise<fs.FileHandle>>();
   /** The handles of `handles` that have opened, for synchronous appends. */
   private readonly open = new Map<string, fs.FileHandle>();
@@ -126,8 +127,6 @@ export class TranscriptStore {
     if (limit !== undefined && limit <= 0) return [];
     const cached = this.tails.get(file);
     if (cached && (cached.complete || (limit !== undefined && cached.messages.length >= limit))) {
-      this.tails.delete(file);
-      this.tails.set(file, cached);
       return limit === undefined ? cached.messages.slice() : cached.messages.slice(-limit);
     }
     const version = this.appended.get(file) ?? 0;
@@ -232,9 +231,7 @@ export class TranscriptStore {
   }
 
   private remember(file: string, tail: Tail): void {
-    this.tails.delete(file);
     this.tails.set(file, tail);
-    if (this.tails.size > MAX_TAILS) this.tails.delete(this.tails.keys().next().value as string);
   }
 
   /** Marks `file`'s handle most recently used; returns it if there is one. */
