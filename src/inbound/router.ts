@@ -90,12 +90,13 @@ const TYPING_DELAY_MS = 500;
 const TYPING_MIN_GAP_MS = 4000;
 /** How far back a resumed message is looked for in its transcript. */
 const RESUME_LOOKBACK = 50;
+/** Done inbound ids remembered in memory for dedupe (at least half as many; the store keeps a day). */
 const MAX_DONE_IDS = 200_000;
 
 export class InboundRouter {
   private readonly records = new Map<string, InboundRecord>();
   /** Ids of finished messages (bounded), so a platform redelivery stays a no-op. */
-  private readonly doneIds = new BoundedMap<string, number>(MAX_DONE_IDS);
+  private readonly doneIds = new BoundedMap<string, true>(MAX_DONE_IDS);
   private readonly lanes = new Map<string, Promise<void>>();
   private readonly inflight = new Set<Promise<void>>();
   /** Messages accepted before a restart and not finished (their transcript line may exist). */
@@ -117,7 +118,7 @@ export class InboundRouter {
         // Done ids are remembered for a day so a platform redelivery stays a no-op. Expired ones
         // are deleted together: the store runs consecutive deletes as one statement.
         if (now - rec.receivedAt > DONE_RETENTION_MS) expired.push(this.deps.space.delete(rec.id));
-        else this.rememberDone(rec.id, rec.receivedAt);
+        else this.doneIds.set(rec.id, true);
         continue;
       }
       this.records.set(rec.id, rec);
@@ -391,11 +392,7 @@ export class InboundRouter {
     this.resumed.delete(rec.id);
     await this.deps.space.set(rec.id, { id: rec.id, state: "done", receivedAt: rec.receivedAt });
     this.records.delete(rec.id);
-    this.rememberDone(rec.id, rec.receivedAt);
-  }
-
-  private rememberDone(id: string, at: number): void {
-    this.doneIds.set(id, at);
+    this.doneIds.set(rec.id, true);
   }
 }
 
