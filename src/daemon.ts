@@ -21,7 +21,11 @@ export interface DaemonOptions extends AppOptions {
   adapterFactories?: Partial<Record<"telegram" | "discord" | "whatsapp", AdapterFactory>>;
   /** Extra wiring before start (session tools, cron, hooks register through this). */
   plugins?: Array<(daemon: Daemon) => void | Promise<void>>;
+  /** How often expired delivery and dedupe records are pruned from the store (default hourly). */
+  pruneIntervalMs?: number;
 }
+
+const PRUNE_INTERVAL_MS = 3600_000;
 
 export class Daemon {
   readonly app: App;
@@ -29,6 +33,8 @@ export class Daemon {
   private readonly log: pino.Logger;
   private readonly stopHooks: Array<() => Promise<void> | void> = [];
   private started = false;
+  private pruner: NodeJS.Timeout | undefined;
+  private pruning: Promise<void> | undefined;
 
   constructor(private readonly opts: DaemonOptions) {
     this.app = new App(opts);
@@ -75,12 +81,28 @@ export class Daemon {
     );
     this.app.outbox.open();
     this.started = true;
+    this.pruner = setInterval(() => {
+      this.pruning ??= this.prune().finally(() => (this.pruning = undefined));
+    }, this.opts.pruneIntervalMs ?? PRUNE_INTERVAL_MS);
+    this.pruner.unref();
     return { port };
+  }
+
+  /** Start-up prunes too; this keeps a long-running daemon's store a day deep (see Outbox.prune). */
+  private async prune(): Promise<void> {
+    try {
+      const [deliveries, inbound] = [await this.app.outbox.prune(), await this.app.router.prune()];
+      if (deliveries || inbound) this.log.info({ deliveries, inbound }, "pruned expired delivery and dedupe records");
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, "pruning expired records failed; retrying at the next interval");
+    }
   }
 
   /** Drain in-flight work, then close everything. Safe to call twice. */
   async stop(): Promise<void> {
     this.log.info("stopping: draining runs and deliveries");
+    clearInterval(this.pruner);
+    await this.pruning;
     for (const a of this.app.adapters.values()) await a.stop().catch((err: unknown) => this.log.warn({ err, channel: a.channel }, "adapter stop failed"));
     if (this.started) {
       await this.app.runtime.drain(10_000);

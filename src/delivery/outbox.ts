@@ -127,7 +127,7 @@ export class Outbox {
    */
   async start(opts: { hold?: boolean } = {}): Promise<void> {
     if (!opts.hold) this.open();
-    const retention = this.deps.retentionMs ?? 24 * 3600_000;
+    const retention = this.retentionMs;
     const rows = await this.deps.space.entries();
     rows.sort((a, b) => a[1].createdAt - b[1].createdAt);
     // Deleted together: the store runs consecutive deletes as one statement, where one commit
@@ -147,6 +147,25 @@ export class Outbox {
 
   open(): void {
     this.release();
+  }
+
+  /**
+   * Deletes finished records older than the retention from the store; the daemon runs it every
+   * hour, so the store of a daemon that runs for weeks stays a day deep. Returns how many.
+   */
+  async prune(): Promise<number> {
+    const cutoff = this.now() - this.retentionMs;
+    const expired: string[] = [];
+    await this.deps.space.scan((id, record) => {
+      if (TERMINAL.has(record.state) && record.updatedAt < cutoff) expired.push(id);
+    });
+    // Deleted together: the store runs consecutive deletes as one statement.
+    await Promise.all(expired.map((id) => this.deps.space.delete(id)));
+    return expired.length;
+  }
+
+  private get retentionMs(): number {
+    return this.deps.retentionMs ?? 24 * 3600_000;
   }
 
   /** Messages not yet finished (queue depth for `status`). */

@@ -172,6 +172,19 @@ export class InboundRouter {
     while (this.inflight.size) await Promise.all(this.inflight);
   }
 
+  /**
+   * Deletes "done" records older than the dedupe window from the store; the daemon runs it every
+   * hour, so the store of a daemon that runs for weeks stays a day deep. Returns how many.
+   */
+  async prune(now = Date.now()): Promise<number> {
+    const expired: string[] = [];
+    await this.deps.space.scan((id, rec) => {
+      if (rec.state === "done" && now - rec.receivedAt > DONE_RETENTION_MS) expired.push(id);
+    });
+    await Promise.all(expired.map((id) => this.deps.space.delete(id)));
+    return expired.length;
+  }
+
   /** A native slash command: answered to the invoker only, acting on the chat it was used in. */
   async nativeCommand(cmd: NativeCommand): Promise<string> {
     const { config, log } = this.deps;

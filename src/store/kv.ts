@@ -13,6 +13,11 @@ export interface KvSpace<T> {
   delete(key: string): Promise<void>;
   /** Every [key, value] of the space; used once at start-up to build in-memory indexes. */
   entries(): Promise<Array<[string, T]>>;
+  /**
+   * Visits every [key, value] in pages, yielding to the event loop between pages: for sweeps of
+   * a large space while the daemon runs.
+   */
+  scan(visit: (key: string, value: T) => void): Promise<void>;
 }
 
 export interface KvStore {
@@ -58,6 +63,9 @@ function memoryStore(): KvStore {
           for (const [k, v] of map) if (k.startsWith(prefix)) out.push([k.slice(prefix.length), structuredClone(v) as T]);
           return out;
         },
+        async scan(visit) {
+          for (const [k, v] of [...map]) if (k.startsWith(prefix)) visit(k.slice(prefix.length), structuredClone(v) as T);
+        },
       };
     },
     async close() {},
@@ -87,6 +95,23 @@ async function sqliteStore(file: string): Promise<KvStore> {
     description: `sqlite:${file}`,
     space<T>(namespace: string): KvSpace<T> {
       const keyv = keyvFor(namespace);
+      const scan = async (visit: (key: string, value: T) => void): Promise<void> => {
+        // Keyset pages along the primary key (keyv's offset-paged iterator is quadratic at 100k
+        // rows), so the raw rows of only one page are alive at a time: reading 100,000 sessions
+        // at once peaked the heap — and the daemon's resident memory — at twice the final size.
+        const end = `${namespace};`;
+        let after = `${namespace}:`;
+        for (let first = true; ; first = false) {
+          const rows = await store.query(`SELECT key, value FROM keyv WHERE key ${first ? ">=" : ">"} ? AND key < ? ORDER BY key LIMIT ${ENTRIES_PAGE}`, after, end);
+          for (const row of rows) {
+            const parsed = parseKeyvValue(String(row.value));
+            if (parsed !== undefined) visit(String(row.key).slice(namespace.length + 1), parsed as T);
+          }
+          if (rows.length < ENTRIES_PAGE) return;
+          after = String(rows[rows.length - 1].key);
+          await new Promise<void>((resolve) => setImmediate(resolve));
+        }
+      };
       return {
         async get(key) {
           return (await keyv.get(key)) as T | undefined;
@@ -101,22 +126,11 @@ async function sqliteStore(file: string): Promise<KvStore> {
           await writer.write({ kind: "delete", key: `${namespace}:${key}` });
         },
         async entries() {
-          // Keyset pages along the primary key (keyv's offset-paged iterator is quadratic at 100k
-          // rows), so the raw rows of only one page are alive at a time: reading 100,000 sessions
-          // at once peaked the heap — and the daemon's resident memory — at twice the final size.
           const out: Array<[string, T]> = [];
-          const end = `${namespace};`;
-          let after = `${namespace}:`;
-          for (let first = true; ; first = false) {
-            const rows = await store.query(`SELECT key, value FROM keyv WHERE key ${first ? ">=" : ">"} ? AND key < ? ORDER BY key LIMIT ${ENTRIES_PAGE}`, after, end);
-            for (const row of rows) {
-              const parsed = parseKeyvValue(String(row.value));
-              if (parsed !== undefined) out.push([String(row.key).slice(namespace.length + 1), parsed as T]);
-            }
-            if (rows.length < ENTRIES_PAGE) return out;
-            after = String(rows[rows.length - 1].key);
-          }
+          await scan((key, value) => out.push([key, value]));
+          return out;
         },
+        scan,
       };
     },
     async close() {

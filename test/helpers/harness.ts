@@ -36,6 +36,7 @@ export interface HarnessOptions {
   adapters?: RecordingAdapter[];
   plugins?: DaemonOptions["plugins"];
   adapterFactories?: DaemonOptions["adapterFactories"];
+  pruneIntervalMs?: number;
 }
 
 export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> {
@@ -68,6 +69,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     env: {},
     adapterFactories: opts.adapterFactories,
     plugins: [(d) => adapters.forEach((a) => d.app.registerAdapter(a)), ...(opts.plugins ?? [])],
+    pruneIntervalMs: opts.pruneIntervalMs,
   });
   const { port } = await daemon.start();
   const url = `ws://127.0.0.1:${port}/`;

@@ -2,7 +2,8 @@
  * Order across a restart: messages (and their replies) that were accepted but not finished when
  * the daemon went down are resumed in arrival order — also when a whole batch was accepted
  * within one millisecond (a Telegram getUpdates batch), where ids like "…:10" sort before "…:9".
- * And what a restart forgets: inbound ids done more than a day ago (kept that long for dedupe).
+ * And what is forgotten after a day — inbound ids done and replies delivered (kept that long for
+ * dedupe) — at start-up and, while the daemon runs, on its pruning interval.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -69,5 +70,30 @@ describe("restart keeps arrival order", () => {
     expect(await b.app.router.accept(inbound({ messageId: "recent", text: "again" }))).toEqual({ status: "duplicate" });
     expect(await b.app.router.accept(inbound({ messageId: "old7", text: "pruned id, a new message" }))).toEqual({ status: "accepted" });
     await vi.waitFor(() => expect(adapter.sent.map((m) => m.text)).toEqual(["echo: pruned id, a new message"]));
+  });
+
+  it("while running, the daemon prunes expired records on its interval: old delivered replies and done ids go, unfinished and recent ones stay", async () => {
+    const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-prune-live-"));
+    dirs.push(stateDir);
+    const h = await startHarness({ stateDir, adapters: [new RecordingAdapter("telegram")], pruneIntervalMs: 100 });
+    harnesses.push(h);
+    const dayAgo = Date.now() - 24 * 3600_000;
+    const inboundSpace = h.app.kv.space<{ id: string; state: string; receivedAt: number }>("inbound");
+    await Promise.all([
+      inboundSpace.set("telegram:default:old", { id: "telegram:default:old", state: "done", receivedAt: dayAgo - 60_000 }),
+      inboundSpace.set("telegram:default:recent", { id: "telegram:default:recent", state: "done", receivedAt: dayAgo + 60_000 }),
+    ]);
+    const target = { channel: "telegram", accountId: "default", to: "1" };
+    const record = (id: string, state: string, age: number) => ({ id, target, kind: "reply", text: id, state, next: 0, messageIds: [], attempts: 0, createdAt: Date.now() - age, updatedAt: Date.now() - age });
+    const outboxSpace = h.app.kv.space<ReturnType<typeof record>>("outbox");
+    await Promise.all([
+      outboxSpace.set("old-sent", record("old-sent", "sent", 25 * 3600_000)),
+      outboxSpace.set("old-failed", record("old-failed", "failed", 25 * 3600_000)),
+      outboxSpace.set("recent-sent", record("recent-sent", "sent", 3600_000)),
+      // Unfinished, however old: never pruned (it is resumed at the next start).
+      outboxSpace.set("old-queued", record("old-queued", "queued", 25 * 3600_000)),
+    ]);
+    await vi.waitFor(async () => expect((await outboxSpace.entries()).map(([k]) => k).sort()).toEqual(["old-queued", "recent-sent"]), { timeout: 5000 });
+    await vi.waitFor(async () => expect((await inboundSpace.entries()).map(([k]) => k)).toEqual(["telegram:default:recent"]), { timeout: 5000 });
   });
 });
