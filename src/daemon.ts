@@ -91,7 +91,8 @@ export class Daemon {
   /** Start-up prunes too; this keeps a long-running daemon's store a day deep (see Outbox.prune). */
   private async prune(): Promise<void> {
     try {
-      const [deliveries, inbound] = [await this.app.outbox.prune(), await this.app.router.prune()];
+      const deliveries = await this.app.outbox.prune();
+      const inbound = await this.app.router.prune();
       if (deliveries || inbound) this.log.info({ deliveries, inbound }, "pruned expired delivery and dedupe records");
     } catch (err) {
       this.log.warn({ err: (err as Error).message }, "pruning expired records failed; retrying at the next interval");

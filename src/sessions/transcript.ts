@@ -140,7 +140,7 @@ export class TranscriptStore {
     // could be missing from what was read, so the tail is cached only if none was.
     if ((this.appended.get(file) ?? 0) === version && !this.chains.has(file)) {
       const complete = (limit === undefined || lines.length < limit) && out.length <= TAIL_MESSAGES;
-      this.remember(file, { messages: out.slice(-TAIL_MESSAGES).map(deepFreeze), complete });
+      this.tails.set(file, { messages: out.slice(-TAIL_MESSAGES).map(deepFreeze), complete });
     }
     return limit === undefined ? out : out.slice(-limit);
   }
@@ -192,15 +192,13 @@ export class TranscriptStore {
       const prepared = await this.prepare(ref);
       prefix = prepared.prefix;
       this.checked.add(ref.path);
-      if (prepared.created) this.remember(ref.path, { messages: [], complete: true });
+      if (prepared.created) this.tails.set(ref.path, { messages: [], complete: true });
     }
     const handle = await this.handleFor(ref.path);
     if (this.syncWrites) return this.append(ref.path, handle, line, prefix);
-    const json = JSON.stringify(line);
-    const bytes = Buffer.from(`${prefix}${json}\n`, "utf8");
+    const { json, bytes } = encode(line, prefix);
     for (let off = 0; off < bytes.length; ) off += (await handle.write(bytes, off, bytes.length - off, null)).bytesWritten;
-    this.appended.set(ref.path, (this.appended.get(ref.path) ?? 0) + 1);
-    this.cacheTail(ref.path, line, json);
+    this.afterAppend(ref.path, line, json);
   }
 
   /**
@@ -209,16 +207,16 @@ export class TranscriptStore {
    * slow enough to make that visible switches this store to asynchronous writes.
    */
   private append(file: string, handle: fs.FileHandle, line: TranscriptLine, prefix: string): void {
-    const json = JSON.stringify(line);
-    const bytes = Buffer.from(`${prefix}${json}\n`, "utf8");
+    const { json, bytes } = encode(line, prefix);
     const started = performance.now();
     for (let off = 0; off < bytes.length; ) off += writeSync(handle.fd, bytes, off, bytes.length - off, null);
     if (performance.now() - started > SLOW_SYNC_WRITE_MS) this.syncWrites = false;
-    this.appended.set(file, (this.appended.get(file) ?? 0) + 1);
-    this.cacheTail(file, line, json);
+    this.afterAppend(file, line, json);
   }
 
-  private cacheTail(file: string, line: TranscriptLine, json: string): void {
+  /** A line is in the file: count it and extend the cached tail. */
+  private afterAppend(file: string, line: TranscriptLine, json: string): void {
+    this.appended.set(file, (this.appended.get(file) ?? 0) + 1);
     const tail = line.type === "message" ? this.tails.get(file) : undefined;
     if (tail) {
       // A copy as read from disk would be: callers' objects are neither kept nor shared.
@@ -228,10 +226,6 @@ export class TranscriptStore {
         tail.complete = false;
       }
     }
-  }
-
-  private remember(file: string, tail: Tail): void {
-    this.tails.set(file, tail);
   }
 
   /** Marks `file`'s handle most recently used; returns it if there is one. */
@@ -355,4 +349,10 @@ async function readLastLines(file: string, count: number, match: (line: string) 
   } finally {
     await handle.close();
   }
+}
+
+/** A transcript line as written: its JSON (the tail's copy is parsed from it) and the bytes. */
+function encode(line: TranscriptLine, prefix: string): { json: string; bytes: Buffer } {
+  const json = JSON.stringify(line);
+  return { json, bytes: Buffer.from(`${prefix}${json}\n`, "utf8") };
 }
