@@ -1,11 +1,13 @@
 /**
  * Durable key/value spaces through keyv (D5): SQLite file by default, `memory://` for tests.
- * One SQLite connection is shared by every namespace so writes never contend for the file lock.
+ * Every namespace shares one table; all writes go through one connection (openWriter), so they
+ * never contend for the file lock and commit in the order they were issued.
  */
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Keyv from "keyv";
 import KeyvSqlite from "@keyv/sqlite";
+import sqlite3 from "sqlite3";
 
 export interface KvSpace<T> {
   get(key: string): Promise<T | undefined>;
@@ -75,10 +77,10 @@ function memoryStore(): KvStore {
 async function sqliteStore(file: string): Promise<KvStore> {
   mkdirSync(path.dirname(file), { recursive: true });
   const store = new KeyvSqlite({ uri: `sqlite://${file}`, table: "keyv", busyTimeout: 10_000 }) as SqliteStore;
-  // WAL + NORMAL: a committed write survives a process kill (kill -9) and writes don't fsync twice.
-  await store.query("PRAGMA journal_mode=WAL");
-  await store.query("PRAGMA synchronous=NORMAL");
-  const writer = new BatchWriter(store);
+  // Creates the table (keyv does on connect) before the writer prepares statements against it.
+  await store.query("SELECT 1");
+  const writer = new BatchWriter(await openWriter(file));
+  let closing: Promise<void> | undefined;
   const spaces = new Map<string, Keyv>();
   const keyvFor = (namespace: string): Keyv => {
     let k = spaces.get(namespace);
@@ -133,14 +135,83 @@ async function sqliteStore(file: string): Promise<KvStore> {
         scan,
       };
     },
-    async close() {
-      await writer.drain();
-      await store.disconnect();
+    close() {
+      closing ??= writer.close().then(() => store.disconnect());
+      return closing;
     },
   };
 }
 
 const ENTRIES_PAGE = 2000;
+
+/** The write side of the store: one statement per batch, each one transaction. */
+interface Writer {
+  upsert(pairs: Array<[key: string, raw: string]>): Promise<void>;
+  remove(keys: string[]): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * A connection of its own for writes, with its statements prepared once. keyv's adapter prepares
+ * every query afresh (`Database#all`): two thread-pool round trips per commit, each waiting for a
+ * turn of a busy event loop, where a prepared statement takes one — and a commit is on every
+ * reply's path twice (inbound accepted, reply queued). A statement has a fixed number of row
+ * slots (SLOTS; a batch takes the smallest that fits, unused slots bound to NULL and skipped), so
+ * a handful of statements serve every batch size with the values bound as they are. keyv's
+ * connection still does the reads (same file, same table, keyv's format; WAL lets them run
+ * beside a write).
+ */
+async function openWriter(file: string): Promise<Writer> {
+  const db = await new Promise<sqlite3.Database>((resolve, reject) => {
+    const d = new sqlite3.Database(file, (err) => (err ? reject(new Error(`cannot open ${file} for writing: ${err.message}`, { cause: err })) : resolve(d)));
+  });
+  db.configure("busyTimeout", 10_000);
+  const exec = (sql: string) => new Promise<void>((resolve, reject) => db.exec(sql, (err) => (err ? reject(err) : resolve())));
+  // WAL + NORMAL: a committed write survives a process kill (kill -9) and a commit does not fsync.
+  await exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL");
+  const statements = new Map<string, Promise<sqlite3.Statement>>();
+  const statement = (sql: string) => {
+    let st = statements.get(sql);
+    if (!st) {
+      st = new Promise<sqlite3.Statement>((resolve, reject) => {
+        const prepared = db.prepare(sql, (err) => (err ? reject(err) : resolve(prepared)));
+      });
+      statements.set(sql, st);
+    }
+    return st;
+  };
+  const run = async (sql: string, params: Array<string | null>) => {
+    const st = await statement(sql);
+    await new Promise<void>((resolve, reject) => st.run(params, (err) => (err ? reject(err) : resolve())));
+  };
+  const slotsFor = (n: number) => SLOTS.find((s) => s >= n) ?? n;
+  return {
+    upsert(pairs) {
+      const slots = slotsFor(pairs.length);
+      const params: Array<string | null> = pairs.flat();
+      while (params.length < slots * 2) params.push(null);
+      const rows = Array.from({ length: slots }, () => "(?, ?)").join(", ");
+      return run(`INSERT INTO keyv (key, value) SELECT column1, column2 FROM (VALUES ${rows}) WHERE column1 IS NOT NULL ON CONFLICT(key) DO UPDATE SET value = excluded.value`, params);
+    },
+    remove(keys) {
+      const slots = slotsFor(keys.length);
+      const params: Array<string | null> = [...keys];
+      while (params.length < slots) params.push(null);
+      return run(`DELETE FROM keyv WHERE key IN (${Array.from({ length: slots }, () => "?").join(", ")})`, params);
+    },
+    async close() {
+      for (const st of statements.values()) {
+        const prepared = await st.catch(() => undefined);
+        if (prepared) await new Promise<void>((resolve) => prepared.finalize(() => resolve()));
+      }
+      await new Promise<void>((resolve, reject) => db.close((err) => (err ? reject(err) : resolve())));
+    },
+  };
+}
+
+/** Rows one statement takes (bounds a transaction; 2,000 bound values, well under SQLite's limit). */
+const MAX_BATCH = 1000;
+const SLOTS = [4, 16, 64, 256, MAX_BATCH];
 
 type WriteOp = { kind: "set"; key: string; raw: string } | { kind: "delete"; key: string };
 
@@ -154,10 +225,19 @@ type WriteOp = { kind: "set"; key: string; raw: string } | { kind: "delete"; key
 class BatchWriter {
   private queue: Array<{ op: WriteOp; resolve: () => void; reject: (err: unknown) => void }> = [];
   private running: Promise<void> | undefined;
+  private closed = false;
 
-  constructor(private readonly store: SqliteStore) {}
+  constructor(private readonly db: Writer) {}
+
+  /** Commits what was issued, then closes; later writes are refused. */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.drain();
+    await this.db.close();
+  }
 
   write(op: WriteOp): Promise<void> {
+    if (this.closed) return Promise.reject(new Error(`store is closed: write of ${op.key} refused`));
     return new Promise((resolve, reject) => {
       this.queue.push({ op, resolve, reject });
       this.running ??= this.run();
@@ -188,36 +268,36 @@ class BatchWriter {
     }
   }
 
-  /** Consecutive writes of one kind: at most 400, well under SQLite's bound-parameter limit. */
+  /** Consecutive writes of one kind, at most MAX_BATCH (bounds one transaction's size). */
   private takeBatch() {
     const kind = this.queue[0].op.kind;
     let n = 0;
-    while (n < this.queue.length && n < 400 && this.queue[n].op.kind === kind) n++;
+    while (n < this.queue.length && n < MAX_BATCH && this.queue[n].op.kind === kind) n++;
     return this.queue.splice(0, n);
   }
 
   private async execute(ops: WriteOp[]): Promise<void> {
     if (ops[0].kind === "delete") {
-      const keys = [...new Set(ops.map((op) => op.key))];
-      await this.store.query(`DELETE FROM keyv WHERE key IN (${keys.map(() => "?").join(", ")})`, ...keys);
+      await this.db.remove([...new Set(ops.map((op) => op.key))]);
       return;
     }
     // The last write of a key in the batch wins.
     const latest = new Map<string, string>();
     for (const op of ops) if (op.kind === "set") latest.set(op.key, op.raw);
-    const params: string[] = [];
-    for (const [key, raw] of latest) params.push(key, raw);
-    const values = Array.from(latest.keys(), () => "(?, ?)").join(", ");
-    await this.store.query(`INSERT INTO keyv (key, value) VALUES ${values} ON CONFLICT(key) DO UPDATE SET value = excluded.value`, ...params);
+    await this.db.upsert([...latest]);
   }
 }
+
+const SURROGATE = /[\uD800-\uDFFF]/;
+const LONE_SURROGATE = /\p{Cs}/u;
 
 /**
  * SQLite stores text as UTF-8, where an unpaired UTF-16 surrogate becomes U+FFFD: the row would
  * come back under another key (and distinct keys would collide). Values are safe (JSON escapes).
  */
 function assertStorableKey(key: string): void {
-  if (/\p{Cs}/u.test(key)) throw new Error(`store write refused: key is not well-formed Unicode (${JSON.stringify(key)})`);
+  // Any surrogate code unit at all (a cheap test, rarely true) before the exact one for lone ones.
+  if (SURROGATE.test(key) && LONE_SURROGATE.test(key)) throw new Error(`store write refused: key is not well-formed Unicode (${JSON.stringify(key)})`);
 }
 
 /**

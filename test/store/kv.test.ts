@@ -54,4 +54,46 @@ describe("kv store (keyv + SQLite, group-committed writes)", () => {
     expect(await keyv.get("v")).toEqual(value);
     expect(await kv.space<typeof value>("t").get("v")).toEqual(value);
   });
+
+  it("any text survives the writer's batches: quotes, backslashes, escapes, emoji, control characters, keys with spaces", async () => {
+    const { kv, file, stateDir } = await open();
+    const space = kv.space<{ text: string }>("t");
+    const texts = ['"quoted" \\ back\\slash \\u0041 not an escape', "emoji 🦊 and é, ß, 中文", "tab\tnewline\nnul\u0000end", "\ud800 lone surrogate", "{\"json\":[1,2]}", "x".repeat(100_000)];
+    const keys = ["plain", "with space", 'quote"key', "back\\slash", "日本", "k:colon"];
+    // More writes than one batch takes, all issued together.
+    const extra = Array.from({ length: 2500 }, (_, i) => space.set(`bulk-${i}`, { text: `t${i}` }));
+    await Promise.all([...keys.map((k, i) => space.set(k, { text: texts[i] })), ...extra]);
+    for (const [i, k] of keys.entries()) expect(await space.get(k)).toEqual({ text: texts[i] });
+    await kv.close();
+    const again = await openKvStore(`sqlite://${file}`, stateDir);
+    cleanups.push(() => again.close());
+    const rows = new Map(await again.space<{ text: string }>("t").entries());
+    expect(rows.size).toBe(keys.length + 2500);
+    for (const [i, k] of keys.entries()) expect(rows.get(k)).toEqual({ text: texts[i] });
+    expect(rows.get("bulk-2499")).toEqual({ text: "t2499" });
+  });
+
+  it("a write to a closed store is refused with an error, not lost silently", async () => {
+    const { kv } = await open();
+    const space = kv.space<{ n: number }>("t");
+    await space.set("a", { n: 1 });
+    await kv.close();
+    await expect(space.set("b", { n: 2 })).rejects.toThrow(/store is closed: write of t:b refused/);
+  });
+
+  it.each([
+    ["a lone high surrogate", "k\ud800", false],
+    ["a lone low surrogate", "\udc00k", false],
+    ["a reversed pair", "\udc00\ud800", false],
+    ["a well-formed pair (emoji)", "🦊", true],
+    ["plain text", "agent:main:telegram:group:42", true],
+    ["a NUL inside (kept whole, not cut at the NUL)", "agent:main:x:direct:a\u0000:thread:7", true],
+  ])("keys: %s → stored only if well-formed Unicode (SQLite would turn a lone surrogate into U+FFFD)", async (_label, key, ok) => {
+    const { kv } = await open();
+    const write = kv.space<{ n: number }>("t").set(key, { n: 1 });
+    if (ok) {
+      await write;
+      expect(await kv.space<{ n: number }>("t").get(key)).toEqual({ n: 1 });
+    } else await expect(write).rejects.toThrow(/key is not well-formed Unicode/);
+  });
 });
