@@ -1,19 +1,46 @@
 /**
- * How fast this host runs a fixed piece of CPU work right now. A VM's speed moves with its
- * neighbours: on the 2-core VM these figures come from, the daemon's CPU per message went from
- * ~500 to ~900 µs within minutes, with the same code. Run before and after the timed groups, this
- * tells a slow invocation (the host was busy) from a slow daemon.
+ * How fast this host runs a fixed piece of CPU work right now, on both cores at once. A VM's
+ * speed moves with its neighbours: on the 2-core VM these figures come from, the daemon's CPU per
+ * message went from ~500 to ~900 µs within minutes, with the same code. Run between the timed
+ * groups, this tells a slow invocation (the host was busy) from a slow daemon. Both cores, because
+ * a VM that gets less than its two cores' worth still runs one thread at full speed.
  */
-const HISTORY = {
-  model: "bench",
-  messages: Array.from({ length: 60 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `message ${i}: ${"lorem ipsum dolor sit amet ".repeat(4)}` })),
-};
+import { Worker } from "node:worker_threads";
 
-/** Milliseconds for 2,000 JSON round trips of a 60-message request body (~90 ms on a calm host here). */
-export function hostCheckMs(): number {
+/** 2,000 JSON round trips of a 60-message request body; returns its milliseconds. */
+const WORK = `
+  const body = { model: "bench", messages: Array.from({ length: 60 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: "message " + i + ": " + "lorem ipsum dolor sit amet ".repeat(4) })) };
   const started = performance.now();
-  let size = 0;
-  for (let i = 0; i < 2000; i++) size += (JSON.parse(JSON.stringify(HISTORY)) as typeof HISTORY).messages.length;
-  if (size !== 2000 * HISTORY.messages.length) throw new Error("host check: unexpected result");
+  let n = 0;
+  for (let i = 0; i < 2000; i++) n += JSON.parse(JSON.stringify(body)).messages.length;
+  if (n !== 120000) throw new Error("host check: unexpected result " + n);
   return performance.now() - started;
+`;
+
+const work = new Function(WORK) as () => number;
+
+/** The same work on this thread and a worker thread at once; the slower one's milliseconds. */
+export async function hostCheckMs(): Promise<number> {
+  const worker = new Worker(
+    `const { parentPort } = require("node:worker_threads");
+     const work = () => {${WORK}};
+     work(); // warms this thread's JIT: not counted
+     parentPort.once("message", () => parentPort.postMessage(work()));
+     parentPort.postMessage("ready");`,
+    { eval: true },
+  );
+  try {
+    const message = (): Promise<unknown> =>
+      new Promise((resolve, reject) => {
+        worker.once("message", resolve);
+        worker.once("error", reject);
+      });
+    await message();
+    const other = message();
+    worker.postMessage("go");
+    const here = work();
+    return Math.max(here, Number(await other));
+  } finally {
+    await worker.terminate();
+  }
 }
