@@ -79,7 +79,10 @@ async function sqliteStore(file: string): Promise<KvStore> {
   const store = new KeyvSqlite({ uri: `sqlite://${file}`, table: "keyv", busyTimeout: 10_000 }) as SqliteStore;
   // Creates the table (keyv does on connect) before the writer prepares statements against it.
   await store.query("SELECT 1");
-  const writer = new BatchWriter(await openWriter(file));
+  const writer = new BatchWriter(await openWriter(file).catch(async (err: unknown) => {
+    await store.disconnect();
+    throw err;
+  }));
   let closing: Promise<void> | undefined;
   const spaces = new Map<string, Keyv>();
   const keyvFor = (namespace: string): Keyv => {
@@ -154,8 +157,8 @@ interface Writer {
 /**
  * A connection of its own for writes, with its statements prepared once. keyv's adapter prepares
  * every query afresh (`Database#all`): two thread-pool round trips per commit, each waiting for a
- * turn of a busy event loop, where a prepared statement takes one — and a commit is on every
- * reply's path twice (inbound accepted, reply queued). A statement has a fixed number of row
+ * turn of a busy event loop, where a prepared statement takes one — and a commit is on a Telegram
+ * reply's path three times (the poll cycle, the inbound message, the reply). A statement has a fixed number of row
  * slots (SLOTS; a batch takes the smallest that fits, unused slots bound to NULL and skipped), so
  * a handful of statements serve every batch size with the values bound as they are. keyv's
  * connection still does the reads (same file, same table, keyv's format; WAL lets them run
@@ -169,36 +172,34 @@ async function openWriter(file: string): Promise<Writer> {
   const exec = (sql: string) => new Promise<void>((resolve, reject) => db.exec(sql, (err) => (err ? reject(err) : resolve())));
   // WAL + NORMAL: a committed write survives a process kill (kill -9) and a commit does not fsync.
   await exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL");
+  // One prepared statement per kind and slot count, built on first use.
   const statements = new Map<string, Promise<sqlite3.Statement>>();
-  const statement = (sql: string) => {
-    let st = statements.get(sql);
+  const statement = (kind: "upsert" | "remove", slots: number) => {
+    const id = `${kind}:${slots}`;
+    let st = statements.get(id);
     if (!st) {
+      const sql =
+        kind === "upsert"
+          ? `INSERT INTO keyv (key, value) SELECT column1, column2 FROM (VALUES ${Array(slots).fill("(?, ?)").join(", ")}) WHERE column1 IS NOT NULL ON CONFLICT(key) DO UPDATE SET value = excluded.value`
+          : `DELETE FROM keyv WHERE key IN (${Array(slots).fill("?").join(", ")})`;
       st = new Promise<sqlite3.Statement>((resolve, reject) => {
         const prepared = db.prepare(sql, (err) => (err ? reject(err) : resolve(prepared)));
       });
-      statements.set(sql, st);
+      statements.set(id, st);
     }
     return st;
   };
-  const run = async (sql: string, params: Array<string | null>) => {
-    const st = await statement(sql);
+  /** `values`: a fresh array, padded with NULLs in place to the statement's slots. */
+  const run = async (kind: "upsert" | "remove", values: string[], perRow: number) => {
+    const slots = SLOTS.find((n) => n * perRow >= values.length) ?? values.length / perRow;
+    const params: Array<string | null> = values;
+    while (params.length < slots * perRow) params.push(null);
+    const st = await statement(kind, slots);
     await new Promise<void>((resolve, reject) => st.run(params, (err) => (err ? reject(err) : resolve())));
   };
-  const slotsFor = (n: number) => SLOTS.find((s) => s >= n) ?? n;
   return {
-    upsert(pairs) {
-      const slots = slotsFor(pairs.length);
-      const params: Array<string | null> = pairs.flat();
-      while (params.length < slots * 2) params.push(null);
-      const rows = Array.from({ length: slots }, () => "(?, ?)").join(", ");
-      return run(`INSERT INTO keyv (key, value) SELECT column1, column2 FROM (VALUES ${rows}) WHERE column1 IS NOT NULL ON CONFLICT(key) DO UPDATE SET value = excluded.value`, params);
-    },
-    remove(keys) {
-      const slots = slotsFor(keys.length);
-      const params: Array<string | null> = [...keys];
-      while (params.length < slots) params.push(null);
-      return run(`DELETE FROM keyv WHERE key IN (${Array.from({ length: slots }, () => "?").join(", ")})`, params);
-    },
+    upsert: (pairs) => run("upsert", pairs.flat(), 2),
+    remove: (keys) => run("remove", [...keys], 1),
     async close() {
       for (const st of statements.values()) {
         const prepared = await st.catch(() => undefined);
