@@ -10,7 +10,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { fileURLToPath } from "node:url";
 import { benchGateway } from "./gateway.js";
-import { benchCorePipeline, benchTelegramInbound, type InboundFigures, type InboundOptions } from "./inbound.js";
+import { benchCorePipeline, benchTelegramInbound, WORKLOAD, type InboundFigures, type InboundOptions } from "./inbound.js";
 import { benchEviction } from "./bounded-map.js";
 import { benchSessionsSend } from "./sessions-send.js";
 import { hostCheckMs } from "./lib/host-check.js";
@@ -61,7 +61,7 @@ const checkHost = async () => {
 };
 await hostCheckMs(); // warms the JIT: not counted
 await checkHost();
-const inbound: InboundOptions = { sessions: 1000, rate: 2000, seconds: 3, runs: 3, burst: 5000, maxConcurrent: 16 };
+const inbound: InboundOptions = WORKLOAD;
 
 if (!only || only === "inbound") {
   process.stderr.write("bench: inbound, Telegram end to end…\n");
