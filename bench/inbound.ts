@@ -42,8 +42,8 @@ export interface InboundOptions {
  * The workload `npm run bench` measures. maxConcurrent 64: at 2,000 msg/s a run holds its slot for
  * its model call, ~1.5 ms when the daemon keeps up but 6–12 ms while it works off a hiccup; with
  * 16 slots the run pool itself became the bottleneck then, and the backlog grew (Telegram p99
- * medians 53–84 ms against 14–37 ms with 64, in interleaved invocations). A deployment expecting
- * this rate sizes the pool for it the same way.
+ * medians 53–84 ms against 14–37 ms with 64 in one interleaved comparison of three invocations
+ * each). A deployment expecting this rate sizes the pool for it the same way.
  */
 export const WORKLOAD: InboundOptions = { sessions: 1000, rate: 2000, seconds: 3, runs: 3, burst: 5000, maxConcurrent: 64 };
 
