@@ -158,11 +158,11 @@ interface Writer {
  * A connection of its own for writes, with its statements prepared once. keyv's adapter prepares
  * every query afresh (`Database#all`): two thread-pool round trips per commit, each waiting for a
  * turn of a busy event loop, where a prepared statement takes one — and a commit is on a Telegram
- * reply's path three times (the poll cycle, the inbound message, the reply). A statement has a fixed number of row
- * slots (SLOTS; a batch takes the smallest that fits, unused slots bound to NULL and skipped), so
- * a handful of statements serve every batch size with the values bound as they are. keyv's
- * connection still does the reads (same file, same table, keyv's format; WAL lets them run
- * beside a write).
+ * reply's path three times (the poll cycle, the inbound message, the reply). A statement has a
+ * fixed number of row slots (SLOTS; a batch takes the smallest that fits, unused slots bound to
+ * NULL and skipped), so a handful of statements serve every batch size with the values bound as
+ * they are. keyv's connection still does the reads (same file, same table, keyv's format; WAL
+ * lets them run beside a write).
  */
 async function openWriter(file: string): Promise<Writer> {
   const db = await new Promise<sqlite3.Database>((resolve, reject) => {
@@ -189,17 +189,15 @@ async function openWriter(file: string): Promise<Writer> {
     }
     return st;
   };
-  /** `values`: a fresh array, padded with NULLs in place to the statement's slots. */
   const run = async (kind: "upsert" | "remove", values: string[], perRow: number) => {
     const slots = SLOTS.find((n) => n * perRow >= values.length) ?? values.length / perRow;
-    const params: Array<string | null> = values;
-    while (params.length < slots * perRow) params.push(null);
+    const params: Array<string | null> = [...values, ...Array<null>(slots * perRow - values.length).fill(null)];
     const st = await statement(kind, slots);
     await new Promise<void>((resolve, reject) => st.run(params, (err) => (err ? reject(err) : resolve())));
   };
   return {
     upsert: (pairs) => run("upsert", pairs.flat(), 2),
-    remove: (keys) => run("remove", [...keys], 1),
+    remove: (keys) => run("remove", keys, 1),
     async close() {
       for (const st of statements.values()) {
         const prepared = await st.catch(() => undefined);
