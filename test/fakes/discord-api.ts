@@ -19,7 +19,9 @@
  *   mentioned; privileged intents the app is not approved for close the socket with 4014.
  * - Interaction callbacks need no auth, must come within `interactionDeadlineMs` (Discord: 3 s), and
  *   only once; everything else needs `Authorization: Bot <token>`.
- * - Optional rate-limit enforcement emits `x-ratelimit-*` headers so @discordjs/rest paces itself.
+ * - Optional rate-limit enforcement emits `x-ratelimit-*` headers so @discordjs/rest paces itself;
+ *   `bucketHeadersOnSuccess: false` leaves them off successful sends (429s still carry them and
+ *   `retry-after`), so only the client's own limiter can keep it under the limit.
  * Not modelled: sharding, attachments/multipart, non-ephemeral interaction replies on the gateway.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
@@ -116,6 +118,18 @@ export interface FakeDiscordOptions {
   interactionDeadlineMs?: number;
   /** Enforce Discord's published limits (true) or custom ones; off by default. */
   enforceRateLimits?: boolean | Partial<RateLimitRules>;
+  /**
+   * With enforcement on: whether successful message sends carry the channel bucket's
+   * `x-ratelimit-*` headers (default true, as Discord does). Without them @discordjs/rest cannot
+   * see the bucket emptying and cannot pace itself, so a test can check a client's own limiter.
+   * 429s carry the headers either way.
+   */
+  bucketHeadersOnSuccess?: boolean;
+  /**
+   * Clock (ms) for rate-limit windows and `RestCall.at` (default Date.now). `retry-after` is read
+   * by the client as wall-clock seconds, so a test on a faster clock should pass wall-clock units.
+   */
+  now?: () => number;
 }
 
 export interface GatewayFrame {
@@ -258,6 +272,8 @@ export class FakeDiscord {
       approvedIntents: options.approvedIntents ?? PRIVILEGED_INTENTS,
       interactionDeadlineMs: options.interactionDeadlineMs ?? 3000,
       limits: enforce === false ? null : { ...PUBLISHED_RATE_LIMITS, ...(enforce === true ? {} : enforce) },
+      bucketHeadersOnSuccess: options.bucketHeadersOnSuccess ?? true,
+      now: options.now ?? Date.now,
     };
     const { ids } = this;
     for (const u of [
@@ -782,7 +798,7 @@ export class FakeDiscord {
       authorization: req.headers.authorization,
       body,
       status: 0,
-      at: Date.now(),
+      at: this.opts.now(),
     };
     this.calls.push(call);
     const after: Array<() => void> = [];
@@ -832,6 +848,7 @@ export class FakeDiscord {
     };
     if (!bucket.ok) return this.limited(bucket.retryAfterMs, false, headers);
     const reply = this.runHandler(def, call, after);
+    if (!this.opts.bucketHeadersOnSuccess) return reply;
     return { ...reply, headers: { ...headers, ...reply.headers } };
   }
 

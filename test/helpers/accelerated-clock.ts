@@ -9,6 +9,12 @@ export interface AcceleratedClock {
   sleep(ms: number): Promise<void>;
   /** Accelerated milliseconds since the clock was created. */
   elapsed(): number;
+  /**
+   * Wall-clock milliseconds read from the same source as now(), for a party that has to count in
+   * real time (a fake whose `retry-after` a client waits out with real timers) yet must measure
+   * the same intervals as the parties on now(): wallNow() advances by exactly 1/speed of now().
+   */
+  wallNow(): number;
 }
 
 export function acceleratedClock(speed: number): AcceleratedClock {
@@ -20,5 +26,6 @@ export function acceleratedClock(speed: number): AcceleratedClock {
     now,
     sleep: (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms / speed))),
     elapsed: () => now() - origin,
+    wallNow: () => origin + (performance.now() - start),
   };
 }
