@@ -39,8 +39,21 @@ describe("non-loopback bind", () => {
   it("security: `switchboard start` bound to 0.0.0.0 without a token exits non-zero, says why, and never listens", async () => {
     const file = writeConfig(dir, { stateDir: path.join(dir, "data"), log: { level: "info" }, gateway: { bind: "0.0.0.0", port: 0 } }, "open.json5");
     const daemon = spawnDaemon(file, { env: { SWITCHBOARD_GATEWAY_TOKEN: "" } });
-    const { code } = await daemon.exited;
-    expect(code).not.toBe(0);
+    // Whichever comes first: a daemon that listens fails here at once instead of running on
+    // until the test times out.
+    const first = await Promise.race([
+      daemon.listening.then(
+        ({ port }) => ({ listening: true as const, port }),
+        () => daemon.exited.then((exit) => ({ listening: false as const, ...exit })),
+      ),
+      daemon.exited.then((exit) => ({ listening: false as const, ...exit })),
+    ]);
+    if (first.listening) {
+      daemon.kill("SIGKILL");
+      await daemon.exited;
+      expect.fail(`the daemon listened on 0.0.0.0:${first.port} without a token instead of refusing to start; output:\n${daemon.output()}`);
+    }
+    expect(first.code, `exit code; output:\n${daemon.output()}`).not.toBe(0);
     expect(daemon.output()).toMatch(/refusing to bind the gateway to 0\.0\.0\.0 without a token/);
     expect(daemon.output()).not.toMatch(/switchboard listening/);
   }, 20_000);
