@@ -4,7 +4,10 @@
  * configured, and is driven through the error paths that carry URLs and credentials — network
  * errors of telegraf (whose request URLs embed the bot token), Telegram API errors, a model
  * server that echoes the rejected key in its error, refused gateway and webhook logins, a
- * failing delivery — then everything it wrote to stdout/stderr is searched for each secret.
+ * failing delivery — then everything it wrote to stdout/stderr, and the channels' health as the
+ * gateway reports it, is searched for each secret. (The logger's own backstops, which these paths
+ * never reach because the secrets are stripped before logging, are tested in
+ * logger-redaction.test.ts.)
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -74,6 +77,11 @@ describe("secrets in logs", () => {
     await client.connect();
     await expect(client.request("send", { channel: "discord", to: "1", message: "x", idempotencyKey: "k1" })).rejects.toThrow();
     await expect(client.request("agent", { message: "hi", idempotencyKey: "k2" }, { expectFinal: true })).rejects.toThrow(/401/);
+    // Channel health (lastError is shown by `switchboard status`) after those errors: no secret either.
+    const health = (await client.request("health", {})) as { channels: Record<string, { lastError: string | null }> };
+    expect(health.channels["telegram:default"]?.lastError, "telegram lastError after the polling errors").toEqual(expect.any(String));
+    const healthText = JSON.stringify(health);
+    for (const secret of SECRETS) expect(healthText.includes(secret), `health response contains ${secret.slice(0, 6)}…: ${healthText}`).toBe(false);
     client.close();
     // Refused webhook calls: wrong bearer, token in the query string.
     const hook = (headers: Record<string, string>, q = "") => fetch(`http://127.0.0.1:${port}/hooks/agent${q}`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify({ message: "x" }) });

@@ -1,0 +1,112 @@
+/**
+ * The logger's own backstops against secrets, on the real logger (createLogger with
+ * secretsOf(config), as `switchboard start` builds it) writing to a capturing destination.
+ *
+ * log-secrets.test.ts drives the daemon end to end, but every secret there is stripped before it
+ * reaches the logger (telegraf leaves the token out of its errors, the model client scrubs the API
+ * key), so it cannot tell whether the logger's backstops work. Here the secrets go to the logger
+ * directly, once for each mechanism:
+ * - scrubbing: every configured secret value is replaced wherever it appears in a line — message
+ *   text, an error's message and stack, fields with innocent names, child-logger bindings;
+ * - redaction: fields named like secrets (token, botToken, apiKey, password, authorization, …)
+ *   are censored whatever their value — also a credential the config does not know (a caller's
+ *   wrong bearer, another service's key), which scrubbing cannot recognise.
+ */
+import { describe, expect, it } from "vitest";
+import { parseConfig } from "../../src/config/load.js";
+import { createLogger, secretsOf } from "../../src/log.js";
+
+const GATEWAY_TOKEN = "gwtok-5e4d3c2b1a098765";
+const HOOKS_TOKEN = "hooktok-8h7g6f5e4d3c2b1a";
+const BOT_TOKEN = "123456789:AAF-secretBotToken_QQ1w2e3r4t5y6u7i";
+const DISCORD_TOKEN = "MTEwMDAw.secretDiscord.Token-0a1b2c3d4e5f";
+const API_KEY = "sk-live-secretModelKey-fedcba9876543210";
+const CONFIGURED = [GATEWAY_TOKEN, HOOKS_TOKEN, BOT_TOKEN, BOT_TOKEN.split(":")[1]!, DISCORD_TOKEN, API_KEY];
+
+const config = parseConfig(
+  {
+    stateDir: "/nonexistent",
+    gateway: { auth: { token: GATEWAY_TOKEN } },
+    hooks: { enabled: true, token: HOOKS_TOKEN },
+    models: { providers: { openai: { baseUrl: "https://api.openai.com/v1", apiKey: API_KEY, models: [{ id: "gpt" }] } } },
+    channels: { telegram: { enabled: true, botToken: BOT_TOKEN }, discord: { enabled: true, token: DISCORD_TOKEN } },
+  },
+  "<logger redaction test>",
+  {},
+);
+
+/** The logger `switchboard start` builds, writing its JSON lines into an array. */
+function capturingLogger() {
+  const lines: string[] = [];
+  const log = createLogger({ level: "trace", secrets: secretsOf(config), destination: { write: (line: string) => void lines.push(line) } });
+  return { log, text: () => lines.join(""), records: () => lines.join("").trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>) };
+}
+
+describe("logger backstops", () => {
+  it("security: configured secrets are scrubbed from message text, error messages and stacks, any field and child bindings", () => {
+    const { log, text } = capturingLogger();
+    log.warn(`polling https://api.telegram.org/bot${BOT_TOKEN}/getUpdates failed: socket hang up`);
+    log.info("gateway client presented %s", GATEWAY_TOKEN);
+    log.error({ err: new Error(`401 Incorrect API key provided: ${API_KEY}`) }, "model call failed");
+    log.warn({ err: new Error(`login failed for ${DISCORD_TOKEN}`) }, "discord: login failed");
+    log.debug({ request: { url: `http://127.0.0.1/hooks/agent?token=${HOOKS_TOKEN}`, retry: 2 } }, "hook request refused");
+    log.child({ session: `hooks:${HOOKS_TOKEN}` }).info("child logger line");
+
+    const out = text();
+    for (const secret of CONFIGURED) expect(out.includes(secret), `log output contains ${secret.slice(0, 8)}…:\n${out}`).toBe(false);
+    // Only the secrets went: the rest of each line is still there to read.
+    expect(out).toContain("polling https://api.telegram.org/bot[redacted]/getUpdates failed: socket hang up");
+    expect(out).toContain("gateway client presented [redacted]");
+    expect(out).toContain("401 Incorrect API key provided: [redacted]");
+    expect(out).toContain("model call failed");
+    expect(out).toContain("login failed for [redacted]");
+    expect(out).toContain("http://127.0.0.1/hooks/agent?token=[redacted]");
+    expect(out).toContain('"retry":2');
+    expect(out).toContain('"session":"hooks:[redacted]"');
+    expect(out).toContain("child logger line");
+  });
+
+  it("security: secret-named fields are redacted whatever their value, also credentials the config does not know", () => {
+    const { log, text, records } = capturingLogger();
+    // Not configured anywhere, so scrubbing cannot catch these: only the field names give them away.
+    const unknown = (name: string) => `unconfigured-${name}-7c6b5a4938271605`;
+    log.warn(
+      {
+        channel: { name: "telegram", botToken: unknown("botToken") },
+        token: unknown("token"),
+        apiKey: unknown("apiKey"),
+        password: unknown("password"),
+        authorization: `Bearer ${unknown("authorization")}`,
+        headers: { authorization: `Bearer ${unknown("header")}`, "content-type": "application/json" },
+        auth: { token: unknown("auth.token") },
+        provider: { apiKey: unknown("provider.apiKey"), baseUrl: "https://api.example.com/v1" },
+        config: { gateway: { auth: { token: unknown("config.gateway.auth.token") } } },
+      },
+      "request with credentials",
+    );
+
+    const out = text();
+    expect(out.includes("unconfigured-"), `log output contains an unconfigured credential:\n${out}`).toBe(false);
+    const [record] = records();
+    expect(record).toMatchObject({
+      msg: "request with credentials",
+      channel: { name: "telegram", botToken: "[redacted]" },
+      token: "[redacted]",
+      apiKey: "[redacted]",
+      password: "[redacted]",
+      authorization: "[redacted]",
+      headers: { authorization: "[redacted]", "content-type": "application/json" },
+      auth: { token: "[redacted]" },
+      provider: { apiKey: "[redacted]", baseUrl: "https://api.example.com/v1" },
+      config: { gateway: { auth: { token: "[redacted]" } } },
+    });
+  });
+
+  it("security: configured secrets in secret-named fields never appear either", () => {
+    const { log, text, records } = capturingLogger();
+    log.info({ channel: { name: "discord", botToken: BOT_TOKEN }, token: DISCORD_TOKEN, apiKey: API_KEY, authorization: `Bearer ${GATEWAY_TOKEN}` }, "configured credentials");
+    const out = text();
+    for (const secret of CONFIGURED) expect(out.includes(secret), `log output contains ${secret.slice(0, 8)}…:\n${out}`).toBe(false);
+    expect(records()[0]).toMatchObject({ msg: "configured credentials", channel: { name: "discord" } });
+  });
+});
