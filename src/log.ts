@@ -21,7 +21,10 @@ export interface LoggerOptions {
 }
 
 export function createLogger(opts: LoggerOptions): pino.Logger {
-  const secrets = (opts.secrets ?? []).filter((s) => s && s.length >= 6);
+  // Lines are JSON by the time they are scrubbed (pino-pretty formats after): a secret with a quote,
+  // backslash or control character appears there escaped, so that form is scrubbed too — longest
+  // first, so that no shorter form cuts into a longer one before it is matched.
+  const secrets = [...new Set((opts.secrets ?? []).filter((s) => s && s.length >= 6).flatMap((s) => [JSON.stringify(s).slice(1, -1), s]))].sort((a, b) => b.length - a.length);
   const base = opts.destination ?? (opts.pretty ?? process.stdout.isTTY ? pretty({ colorize: true, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname" }) : pino.destination({ sync: false }));
   const stream: pino.DestinationStream = secrets.length ? { write: (line: string) => base.write(scrub(line, secrets)) } : base;
   return pino({ level: opts.level, redact: { paths: REDACT, censor: "[redacted]" } }, stream);

@@ -36,9 +36,9 @@ const config = parseConfig(
 );
 
 /** The logger `switchboard start` builds, writing its JSON lines into an array. */
-function capturingLogger() {
+function capturingLogger(secrets = secretsOf(config)) {
   const lines: string[] = [];
-  const log = createLogger({ level: "trace", secrets: secretsOf(config), destination: { write: (line: string) => void lines.push(line) } });
+  const log = createLogger({ level: "trace", secrets, destination: { write: (line: string) => void lines.push(line) } });
   return { log, text: () => lines.join(""), records: () => lines.join("").trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>) };
 }
 
@@ -100,6 +100,24 @@ describe("logger backstops", () => {
       provider: { apiKey: "[redacted]", baseUrl: "https://api.example.com/v1" },
       config: { gateway: { auth: { token: "[redacted]" } } },
     });
+  });
+
+  it("security: a configured secret with quotes, backslashes or control characters is scrubbed in its JSON-escaped form too", () => {
+    // Gateway and hook tokens are chosen by the operator; nothing keeps them to token characters.
+    const odd = ['gw"tok\\en-quoted', "hook\ttoken\u0001-ctl"];
+    const withOdd = parseConfig({ stateDir: "/nonexistent", gateway: { auth: { token: odd[0] } }, hooks: { enabled: true, token: odd[1] } }, "<logger redaction test>", {});
+    const { log, text, records } = capturingLogger(secretsOf(withOdd));
+    log.info(`presented ${odd[0]} and ${odd[1]}`);
+    log.warn({ err: new Error(`bad token ${odd[0]}`), detail: odd[1] }, "refused");
+    const out = text();
+    const forms = odd.flatMap((s) => [s, JSON.stringify(s).slice(1, -1)]);
+    for (const form of forms) expect(out.includes(form), `log output contains ${JSON.stringify(form)}:\n${out}`).toBe(false);
+    // What a reader of the lines (jq, pino-pretty) sees once they are parsed.
+    const [first, second] = records() as Array<{ msg: string; err?: { message: string; stack: string }; detail?: string }>;
+    const seen = [first!.msg, second!.msg, second!.err!.message, second!.err!.stack, second!.detail].join("\n");
+    for (const secret of odd) expect(seen.includes(secret), `parsed log lines contain ${JSON.stringify(secret)}:\n${seen}`).toBe(false);
+    expect(first!.msg).toBe("presented [redacted] and [redacted]");
+    expect(second).toMatchObject({ msg: "refused", err: { message: "bad token [redacted]" }, detail: "[redacted]" });
   });
 
   it("security: configured secrets in secret-named fields never appear either", () => {
