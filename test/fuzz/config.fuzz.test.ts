@@ -1,8 +1,10 @@
 /**
  * Hostile configuration: arbitrary values, the annotated example config with one value at a
- * random path replaced by something hostile, random files for the JSON5 loader, and hostile
- * environment values behind "${ENV}" references. Every case ends in a valid, frozen Config or
- * a ConfigError naming each problem with its path — never another exception, never a hang.
+ * random path replaced by something hostile, the example and default configs with an unknown key
+ * inserted into one of their objects, random files for the JSON5 loader, and hostile environment
+ * values behind "${ENV}" references. Every case ends in a valid, frozen Config or a ConfigError
+ * naming each problem with its path — never another exception, never a hang — and where the
+ * outcome is known (an unknown key, a port out of range) it is the ConfigError naming that path.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -10,11 +12,15 @@ import path from "node:path";
 import fc from "fast-check";
 import JSON5 from "json5";
 import { afterAll, describe, expect, it } from "vitest";
+import { z } from "zod";
 import { ConfigError, loadConfigFile, parseConfig } from "../../src/config/load.js";
+import { ConfigSchema } from "../../src/config/schema.js";
 import { assertSafeBind } from "../../src/daemon.js";
 import { FUZZ_SEED, hostileString, hostileValue } from "../helpers/hostile.js";
 
-const example = JSON5.parse(readFileSync(new URL("../../config/example.json5", import.meta.url), "utf8")) as Record<string, unknown>;
+const readConfig = (name: string) => JSON5.parse(readFileSync(new URL(`../../config/${name}`, import.meta.url), "utf8")) as Record<string, unknown>;
+const example = readConfig("example.json5");
+const BASES = { "example.json5": example, "default.json5": readConfig("default.json5") };
 const dir = mkdtempSync(path.join(os.tmpdir(), "sb-config-fuzz-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -32,6 +38,67 @@ function withValueAt(root: unknown, at: string[], value: unknown): unknown {
   for (const key of at.slice(0, -1)) node = node[key] as Record<string, unknown>;
   node[at[at.length - 1]] = value;
   return copy;
+}
+
+/** Paths (in the example or default config) of every object that is not an array, the root included. */
+function objectPathsOf(value: unknown, prefix: string[] = []): string[][] {
+  if (value === null || typeof value !== "object") return [];
+  const children = Object.entries(value as Record<string, unknown>).flatMap(([k, v]) => objectPathsOf(v, [...prefix, k]));
+  return Array.isArray(value) ? children : [prefix, ...children];
+}
+
+/**
+ * Objects whose keys are names the user chooses (provider names, Telegram group ids): a new key
+ * there is a new entry, not an unknown key. Checked below to be records indeed, so this list
+ * cannot hide a strictness gap.
+ */
+const RECORDS = ["models.providers", "channels.telegram.groups"];
+const where = (at: string[]) => (at.length ? at.join(".") : "(root)");
+const STRICT_OBJECTS = Object.entries(BASES).flatMap(([file, base]) => objectPathsOf(base).filter((at) => !RECORDS.includes(at.join("."))).map((at) => ({ file, at })));
+
+/** Every option name the schema knows, at any depth: a generated "unknown" key is none of them. */
+const KNOWN_NAMES = (() => {
+  const names = new Set<string>();
+  const walk = (v: unknown): void => {
+    if (v === null || typeof v !== "object") return;
+    const props = (v as { properties?: unknown }).properties;
+    if (props && typeof props === "object") for (const k of Object.keys(props)) names.add(k);
+    Object.values(v).forEach(walk);
+  };
+  walk(z.toJSONSchema(ConfigSchema, { io: "input" }));
+  return names;
+})();
+
+/** A key nobody declared: a typo of a sibling key (the usual way one is born), a prototype name, or anything. */
+function unknownKeyFor(siblings: string[]): fc.Arbitrary<string> {
+  const typo = fc.tuple(fc.constantFrom(...(siblings.length ? siblings : ["enabled"])), fc.nat(), fc.constantFrom("drop", "double", "case", "plural", "swap")).map(([k, i, how]) => {
+    const j = i % Math.max(k.length, 1);
+    if (how === "drop") return k.slice(0, j) + k.slice(j + 1);
+    if (how === "double") return k.slice(0, j + 1) + k.slice(j);
+    if (how === "case") return k.slice(0, j) + (k[j] === k[j]?.toUpperCase() ? k[j]?.toLowerCase() : k[j]?.toUpperCase()) + k.slice(j + 1);
+    if (how === "plural") return `${k}s`;
+    return j + 1 < k.length ? k.slice(0, j) + k[j + 1] + k[j] + k.slice(j + 2) : `${k}_`;
+  });
+  return fc
+    .oneof({ weight: 4, arbitrary: typo }, { weight: 1, arbitrary: fc.constantFrom("__proto__", "constructor", "toString", "hasOwnProperty", "") }, { weight: 1, arbitrary: hostileString })
+    .filter((k) => !KNOWN_NAMES.has(k) && !siblings.includes(k));
+}
+
+function nodeAt(root: unknown, at: string[]): Record<string, unknown> {
+  let node = root as Record<string, unknown>;
+  for (const key of at) node = node[key] as Record<string, unknown>;
+  return node;
+}
+
+/** The problems of a config that must not parse (fails the test with what it got otherwise). */
+function problemsOf(what: string, run: () => unknown): string[] {
+  try {
+    run();
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems;
+    throw new Error(`${what}: not a ConfigError: ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`);
+  }
+  throw new Error(`${what}: accepted, expected a ConfigError`);
 }
 
 let lastProblems: string[] = [];
@@ -90,6 +157,66 @@ describe("config parsing under hostile input", () => {
     expect(seen.error).toBeGreaterThan(0);
   });
 
+  it(`fuzz: 1500 insertions of an unknown key into an object of the example or default config give a ConfigError naming that object's path and the key`, () => {
+    const cases = fc
+      .constantFrom(...STRICT_OBJECTS)
+      .chain(({ file, at }) => fc.tuple(fc.constant(file), fc.constant(at), unknownKeyFor(Object.keys(nodeAt(BASES[file as keyof typeof BASES], at))), fc.oneof(hostileValue, fc.anything())));
+    const seenPaths = new Set<string>();
+    fc.assert(
+      fc.property(cases, ([file, at, key, value]) => {
+        const mutated = structuredClone(BASES[file as keyof typeof BASES]);
+        // defineProperty, so that "__proto__" becomes an own key as JSON5.parse makes it.
+        Object.defineProperty(nodeAt(mutated, at), key, { value, enumerable: true, configurable: true, writable: true });
+        const what = `${file} with the unknown key ${JSON.stringify(key)} in ${where(at)}`;
+        const problems = problemsOf(what, () => parseConfig(mutated, file, {}));
+        if (!problems.some((p) => p.startsWith(`${where(at)}: `) && p.includes(`"${key}"`))) throw new Error(`${what}: the problems do not name it: ${JSON.stringify(problems)}`);
+        seenPaths.add(`${file} ${where(at)}`);
+      }),
+      { numRuns: 1500, seed: FUZZ_SEED + 9 },
+    );
+    // Every object of both files was tried.
+    expect(seenPaths.size).toBe(STRICT_OBJECTS.length);
+  });
+
+  it("the record objects left out above take a new entry as a name, not as an unknown key", () => {
+    for (const at of RECORDS.map((r) => r.split("."))) {
+      const mutated = structuredClone(example);
+      const node = nodeAt(mutated, at);
+      node[`new-entry-${at.length}`] = structuredClone(Object.values(node)[0]);
+      expect(() => parseConfig(mutated, "example.json5", {}), at.join(".")).not.toThrow();
+    }
+  });
+
+  /** Files whose outcome is known: null = a Config; otherwise the path a problem must start with (and the key it must quote). */
+  const FILES: Array<[text: string, path: string | null, key?: string]> = [
+    ["{gateway: {port: 99999}}", "gateway.port"],
+    ["{gateway: {port: 65536}}", "gateway.port"],
+    ["{gateway: {port: -1}}", "gateway.port"],
+    ["{gateway: {port: 80.5}}", "gateway.port"],
+    ["{gateway: {port: '80'}}", "gateway.port"],
+    ["{gateway: {port: 0}}", null],
+    ["{gateway: {port: 65535}}", null],
+    ["{channels: {telegram: {enabled: true, botTokn: 'x'}}}", "channels.telegram", "botTokn"],
+    ["{channels: {telegram: {enabled: true, botToken: 'x'}}}", null],
+    ["{gatway: {port: 1}}", "(root)", "gatway"],
+    ["{a: 1, a: 2}", "(root)", "a"],
+    ["\ufeff{}", null],
+    ["", "not valid JSON5"],
+    ["{", "not valid JSON5"],
+    ["{stateDir: }", "not valid JSON5"],
+    ["// only a comment", "not valid JSON5"],
+  ];
+
+  for (const [text, at, key] of FILES) {
+    it(`the file ${JSON.stringify(text)} gives ${at === null ? "a valid Config" : `a ConfigError naming ${at}${key ? ` and "${key}"` : ""}`}`, () => {
+      const file = path.join(dir, "fixed.json5");
+      writeFileSync(file, text);
+      if (at === null) return void expect(checkOutcome(() => loadConfigFile(file, {}))).toBe("ok");
+      const problems = problemsOf(JSON.stringify(text), () => loadConfigFile(file, {}));
+      expect(problems.some((p) => p.startsWith(`${at}: `) && (key === undefined || p.includes(`"${key}"`))), JSON.stringify(problems)).toBe(true);
+    });
+  }
+
   it("fuzz: 300 random files and 200 hostile environment values through the JSON5 loader give a Config or a ConfigError", () => {
     const file = path.join(dir, "fuzz.json5");
     fc.assert(
@@ -98,7 +225,7 @@ describe("config parsing under hostile input", () => {
           fc.string({ maxLength: 300 }),
           fc.string({ unit: "binary", maxLength: 300 }),
           hostileValue.map((v) => JSON.stringify(v) ?? ""),
-          fc.constantFrom("", "{", "{stateDir: }", "// only a comment", "{gateway: {port: 99999}}", "{channels: {telegram: {enabled: true, botTokn: 'x'}}}", "\ufeff{}", "{a: 1, a: 2}"),
+          fc.constantFrom(...FILES.map(([text]) => text)),
         ),
         (text) => {
           writeFileSync(file, text);

@@ -1,10 +1,12 @@
 /**
  * Hostile gateway traffic: thousands of generated frames — not JSON, JSON of the wrong shape,
  * request frames with unknown or known methods and arbitrary, half-valid or hostile params,
- * binary and oversized frames — on one authenticated connection, and random first frames on
- * fresh connections. Every frame gets a well-formed response (ok, or an error with a known code
- * and a message) within a bound; the connection and the daemon stay up; afterwards the store
- * holds only well-formed session entries.
+ * strings holding lone surrogates, binary and oversized frames — on one authenticated
+ * connection, and random first frames on fresh connections. Every frame gets a well-formed
+ * response (ok, or an error with a known code and a message) within a bound, never UNAVAILABLE
+ * (in this harness that code can only mean an exception escaped a handler); a frame with a lone
+ * surrogate in its id, method or params gets INVALID_REQUEST; the connection and the daemon stay
+ * up; afterwards the store holds only well-formed session entries.
  */
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -68,26 +70,56 @@ function paramsFor(method: string): fc.Arbitrary<unknown> {
 type Frame = { kind: "text"; data: string; id?: string } | { kind: "binary"; data: Buffer };
 
 let seq = 0;
+
+/** A request frame's text; `id: null` puts `badId` in the frame and expects the answer under any id. */
+function textFrame(method: string, params: unknown, extra?: unknown, badId?: string): Frame {
+  const id = `f${++seq}`;
+  // agent.wait legitimately waits as long as asked (30 s by default) for a run that may come;
+  // keep each case bounded by asking for at most 200 ms.
+  if (method === "agent.wait" && params && typeof params === "object" && !Array.isArray(params)) {
+    const p = params as { timeoutMs?: unknown };
+    if (p.timeoutMs === undefined) p.timeoutMs = 200;
+    else if (typeof p.timeoutMs === "number") p.timeoutMs = Math.min(Math.abs(p.timeoutMs), 200);
+  }
+  const frame: Record<string, unknown> = { type: "req", id: badId ?? id, method, ...(params === undefined ? {} : { params }) };
+  if (extra !== undefined) frame.extra = extra;
+  // JSON.stringify writes a lone surrogate as a \uXXXX escape, so it survives the UTF-8 wire.
+  return { kind: "text", data: JSON.stringify(frame), ...(badId === undefined ? { id } : {}) };
+}
+
 const requestFrame = fc
   .tuple(fc.oneof({ weight: 4, arbitrary: fc.constantFrom(...METHODS) }, { weight: 1, arbitrary: hostileString }), fc.option(hostileValue, { nil: undefined }))
-  .chain(([method, extra]) =>
-    paramsFor(method).map((params): Frame => {
-      const id = `f${++seq}`;
-      // agent.wait legitimately waits as long as asked (30 s by default) for a run that may come;
-      // keep each case bounded by asking for at most 200 ms.
-      if (method === "agent.wait" && params && typeof params === "object" && !Array.isArray(params)) {
-        const p = params as { timeoutMs?: unknown };
-        if (p.timeoutMs === undefined) p.timeoutMs = 200;
-        else if (typeof p.timeoutMs === "number") p.timeoutMs = Math.min(Math.abs(p.timeoutMs), 200);
+  .chain(([method, extra]) => paramsFor(method).map((params): Frame => textFrame(method, params, extra)));
+
+/**
+ * Request frames that would pass validation but for one string holding a lone surrogate — mostly
+ * a param value (so that without the boundary check it would reach handlers and the store), or
+ * a param name, the method or the id.
+ */
+const loneSurrogate = fc
+  .tuple(fc.string({ maxLength: 6 }), fc.constantFrom("\ud800", "\udbff", "\udc00", "\udfff"), fc.string({ maxLength: 6 }))
+  .map(([a, s, b]) => `${a}${s}${b}`);
+const loneSurrogateFrame: fc.Arbitrary<Frame> = fc
+  .tuple(fc.constantFrom(...Object.keys(plausible)), fc.constantFrom("value", "value", "value", "name", "method", "id"), loneSurrogate, fc.nat())
+  .chain(([method, where, bad, pick]) =>
+    plausible[method].map((plain): Frame => {
+      const params: Record<string, unknown> = { ...plain };
+      if (where === "name") params[bad] = "x";
+      if (where === "value") {
+        // A param that holds a string already (or, failing that, one the method declares).
+        const keys = Object.keys(params).filter((k) => typeof params[k] === "string");
+        const declared = Object.keys((Params as Record<string, { shape: Record<string, unknown> }>)[method].shape);
+        const candidates = keys.length ? keys : declared.length ? declared : ["x"];
+        params[candidates[pick % candidates.length]] = bad;
       }
-      const frame: Record<string, unknown> = { type: "req", id, method, ...(params === undefined ? {} : { params }) };
-      if (extra !== undefined) frame.extra = extra;
-      return { kind: "text", data: JSON.stringify(frame), id };
+      if (where === "method") return textFrame(`${method}${bad}`, params);
+      return textFrame(method, params, undefined, where === "id" ? `id-${bad}` : undefined);
     }),
   );
 
 const anyFrame: fc.Arbitrary<Frame> = fc.oneof(
   { weight: 12, arbitrary: requestFrame },
+  { weight: 2, arbitrary: loneSurrogateFrame },
   { weight: 1, arbitrary: fc.string({ maxLength: 200 }).map((data): Frame => ({ kind: "text", data })) },
   { weight: 1, arbitrary: hostileValue.map((v): Frame => ({ kind: "text", data: JSON.stringify(v) ?? "null" })) },
   { weight: 1, arbitrary: shapedLike(["type", "id", "method", "params"]).map((v): Frame => ({ kind: "text", data: JSON.stringify(v) })) },
@@ -99,13 +131,56 @@ function wellFormed(r: ResponseFrame): string | undefined {
   if (r.type !== "res" || typeof r.id !== "string" || typeof r.ok !== "boolean") return `malformed response ${JSON.stringify(r).slice(0, 200)}`;
   if (r.ok) return r.payload === undefined ? `ok response without payload: ${JSON.stringify(r).slice(0, 200)}` : undefined;
   if (!r.error || !ERROR_CODES.has(r.error.code) || typeof r.error.message !== "string" || !r.error.message) return `bad error ${JSON.stringify(r.error).slice(0, 200)}`;
+  // The gateway answers UNAVAILABLE deliberately only for a failed run or a failed delivery; in
+  // this harness the model always answers and the adapters always deliver, so here UNAVAILABLE
+  // can only be toErrorShape's fallback for an exception that escaped a handler — a bug.
+  if (r.error.code === "UNAVAILABLE") return `UNAVAILABLE (an exception escaped a handler): ${JSON.stringify(r.error).slice(0, 300)}`;
   return undefined;
+}
+
+/** A string holding an unpaired UTF-16 surrogate (the test's own check, not the server's). */
+function isLoneSurrogateString(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const next = s.charCodeAt(i + 1);
+      if (next >= 0xdc00 && next <= 0xdfff) i++;
+      else return true;
+    } else if (c >= 0xdc00 && c <= 0xdfff) return true;
+  }
+  return false;
+}
+
+function holdsLoneSurrogate(value: unknown): boolean {
+  if (typeof value === "string") return isLoneSurrogateString(value);
+  if (value === null || typeof value !== "object") return false;
+  return Object.entries(value).some(([k, v]) => isLoneSurrogateString(k) || holdsLoneSurrogate(v));
+}
+
+/**
+ * Whether the frame, as the server decodes it (UTF-8 on the wire, so a literal lone surrogate
+ * arrives as U+FFFD and only a \uD800-style JSON escape survives), holds a lone surrogate in
+ * what the server reads: a request's id, method or params (unknown top-level fields are ignored),
+ * or anywhere in a value that is not an object.
+ */
+function serverSeesLoneSurrogate(frame: Frame): boolean {
+  if (frame.kind !== "text") return false;
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.from(frame.data, "utf8").toString("utf8"));
+  } catch {
+    return false;
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return holdsLoneSurrogate(value);
+  const { id, method, params } = value as Record<string, unknown>;
+  return holdsLoneSurrogate([id, method, params]);
 }
 
 describe("gateway under hostile frames", () => {
   it(`fuzz: ${FRAME_CASES} generated frames on one connection each get a well-formed answer, the connection and daemon stay up`, async () => {
     const gw = await RawGateway.open(h.url);
     expect((await gw.handshake(TOKEN)).ok).toBe(true);
+    let loneSurrogateFrames = 0;
     await fc.assert(
       fc.asyncProperty(anyFrame, async (frame) => {
         const before = gw.responses.length;
@@ -113,6 +188,11 @@ describe("gateway under hostile frames", () => {
         const first = await gw.response(frame.kind === "text" && frame.id ? frame.id : null, CASE_BOUND_MS, before).catch(() => gw.response(null, 1, before));
         const problem = wellFormed(first);
         if (problem) throw new Error(`${problem} for frame ${frame.kind === "text" ? frame.data.slice(0, 300) : "<binary>"}`);
+        // No UTF-8 store can keep a lone surrogate: such a frame is refused at the boundary.
+        if (serverSeesLoneSurrogate(frame)) {
+          loneSurrogateFrames++;
+          if (first.ok || first.error?.code !== "INVALID_REQUEST") throw new Error(`a frame with a lone surrogate got ${JSON.stringify(first).slice(0, 300)}, not INVALID_REQUEST: ${frame.kind === "text" ? frame.data.slice(0, 300) : ""}`);
+        }
         // `agent` answers twice: the final answer must come too.
         if (first.ok && (first.payload as { status?: string })?.status === "accepted") {
           const final = await gw.response(first.id, CASE_BOUND_MS, gw.responses.indexOf(first) + 1);
@@ -124,8 +204,9 @@ describe("gateway under hostile frames", () => {
       { numRuns: FRAME_CASES, seed: FUZZ_SEED, endOnFailure: true },
     );
     const ok = gw.responses.filter((r) => r.ok).length;
-    console.info(`gateway fuzz: ${FRAME_CASES} frames → ${gw.responses.length} responses (${ok} ok, ${gw.responses.length - ok} errors: ${[...new Set(gw.responses.filter((r) => !r.ok).map((r) => r.error?.code))].join(", ")})`);
+    console.info(`gateway fuzz: ${FRAME_CASES} frames → ${gw.responses.length} responses (${ok} ok, ${gw.responses.length - ok} errors: ${[...new Set(gw.responses.filter((r) => !r.ok).map((r) => r.error?.code))].join(", ")}; ${loneSurrogateFrames} with a lone surrogate)`);
     expect(ok).toBeGreaterThan(FRAME_CASES / 10);
+    expect(loneSurrogateFrames).toBeGreaterThan(FRAME_CASES / 20);
     expect(gw.garbage).toEqual([]);
     const health = await (async () => {
       gw.send(JSON.stringify({ type: "req", id: "final-health", method: "health", params: {} }));

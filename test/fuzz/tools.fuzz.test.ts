@@ -3,8 +3,11 @@
  * thousands of generated argument objects — mostly shaped like their own parameters with
  * plausible or hostile values, sometimes anything — from a plain and from a sandboxed session;
  * and, through real runs, the model "calls" tools with random argument text (bad JSON included).
- * Each call answers with a JSON result or a clear error within a bound; runs end; the store and
- * the transcripts stay well-formed.
+ * Each call answers within a bound with a JSON result — an error is a `{status: "error" |
+ * "forbidden", error}` result (the shape of spec R15/R16), never a throw: the runtime would turn
+ * a throw into such a result, which hides it from the runs — and a missing or blank required
+ * string, or a timeoutSeconds outside 0..3600, is an error naming that field; runs end; the store
+ * and the transcripts stay well-formed. Fixed cases pin the parameter rules too.
  */
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -13,7 +16,7 @@ import { startHarness, type Harness } from "../helpers/harness.js";
 import { FUZZ_SEED, hostileString, hostileValue, mostly, shapedLike } from "../helpers/hostile.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 import { checkState } from "../helpers/state-check.js";
-import { afterTool, features, stepOf } from "../helpers/tool-driver.js";
+import { afterTool, features, settle, stepOf } from "../helpers/tool-driver.js";
 
 const DIRECT_CASES = 1600;
 const RUN_CASES = 120;
@@ -56,17 +59,39 @@ const keys = fc.oneof(
   fc.constantFrom("main", MAIN, PLAIN, CHILD, "agent:main:telegram:group:-100701", "agent:main:discord:channel:9001", "agent:main:subagent:99999999-2222-3333-4444-555555555555", "agent:main:subagent:", "agent:main:sub", "agent:other:main"),
   hostileString,
 );
+/** Text, sometimes blank (whitespace only): a required string must still count as missing. */
+const text = fc.oneof({ weight: 8, arbitrary: fc.string({ minLength: 1, maxLength: 40 }) }, { weight: 1, arbitrary: fc.constantFrom("", " ", "   ", "\t\n", "\u00a0", "\u3000 ") });
 const plausibleArgs: Record<string, fc.Arbitrary<Record<string, unknown>>> = {
   sessions_list: fc.record({ kinds: mostly(fc.subarray(["main", "group", "cron", "hook", "node", "other"])), limit: mostly(fc.integer({ min: 1, max: 500 })), activeMinutes: mostly(fc.integer({ min: 1, max: 600 })), messageLimit: mostly(fc.integer({ min: 0, max: 30 })) }, { requiredKeys: [] }),
   sessions_history: fc.record({ sessionKey: mostly(keys), limit: mostly(fc.integer({ min: 1, max: 2000 })), includeTools: mostly(fc.boolean()) }, { requiredKeys: ["sessionKey"] }),
-  sessions_send: fc.record({ sessionKey: mostly(keys), label: mostly(fc.constantFrom("plain", "other", "child", "grandchild", "none")), message: mostly(fc.string({ minLength: 1, maxLength: 40 })), timeoutSeconds: mostly(fc.constantFrom(0, 0.01, 1, 5)) }, { requiredKeys: [] }),
-  sessions_spawn: fc.record({ task: mostly(fc.string({ minLength: 1, maxLength: 40 })), label: mostly(fc.string({ minLength: 1, maxLength: 64 })), agentId: mostly(fc.constantFrom("main", "other", "MAIN", "")), model: mostly(fc.constantFrom("fake/m", "nope/x")), runTimeoutSeconds: mostly(fc.integer({ min: 0, max: 5 })), cleanup: mostly(fc.constantFrom("keep", "delete")) }, { requiredKeys: ["task"] }),
+  sessions_send: fc.record({ sessionKey: mostly(keys), label: mostly(fc.constantFrom("plain", "other", "child", "grandchild", "none")), message: mostly(text), timeoutSeconds: mostly(fc.constantFrom(0, 0.01, 1, 5)) }, { requiredKeys: [] }),
+  sessions_spawn: fc.record({ task: mostly(text), label: mostly(fc.string({ minLength: 1, maxLength: 64 })), agentId: mostly(fc.constantFrom("main", "other", "MAIN", "")), model: mostly(fc.constantFrom("fake/m", "nope/x")), runTimeoutSeconds: mostly(fc.integer({ min: 0, max: 5 })), cleanup: mostly(fc.constantFrom("keep", "delete")) }, { requiredKeys: ["task"] }),
   agents_list: fc.constant({}),
 };
 
 function argsFor(tool: AgentTool): fc.Arbitrary<unknown> {
   const props = Object.keys((tool.parameters as { properties?: Record<string, unknown> }).properties ?? {});
   return fc.oneof({ weight: 4, arbitrary: plausibleArgs[tool.name] ?? shapedLike(props) }, { weight: 2, arbitrary: shapedLike(props) }, { weight: 1, arbitrary: hostileValue }, { weight: 1, arbitrary: fc.anything() });
+}
+
+/**
+ * Required strings per tool (spec "Parameters": sessions_history sessionKey, sessions_send message,
+ * sessions_spawn task): missing, or blank once trimmed, is an error naming the field. Stated here,
+ * independently of the schemas in src/tools/schemas.ts.
+ */
+const REQUIRED: Record<string, string[]> = { sessions_history: ["sessionKey"], sessions_send: ["message"], sessions_spawn: ["task"] };
+/** sessions_send's timeoutSeconds: 0 or more (R13 R14), at most the 3600 s its JSON schema advertises. */
+const MAX_TIMEOUT_SECONDS = 3600;
+
+/** The field errors a well-behaved tool must report for `args` (independent of the tools' schemas). */
+function mustName(name: string, args: unknown): string[] {
+  if (args === null || args === undefined) return REQUIRED[name] ?? [];
+  if (typeof args !== "object" || Array.isArray(args)) return [];
+  const a = args as Record<string, unknown>;
+  const fields = (REQUIRED[name] ?? []).filter((f) => !Object.hasOwn(a, f) || a[f] === undefined || (typeof a[f] === "string" && a[f].trim() === ""));
+  const t = Object.hasOwn(a, "timeoutSeconds") ? a.timeoutSeconds : undefined;
+  if (name === "sessions_send" && typeof t === "number" && !(t >= 0 && t <= MAX_TIMEOUT_SECONDS)) fields.push("timeoutSeconds");
+  return fields;
 }
 
 function bounded<T>(p: Promise<T>, what: string): Promise<T> {
@@ -85,26 +110,30 @@ describe("session tools under hostile arguments", () => {
     let n = 0;
     const cases = fc.tuple(fc.constantFrom(...names), fc.constantFrom("plain", "sandboxed" as const)).chain(([name, who]) => {
       const tool = tools[who].get(name) ?? tools.plain.get(name)!;
-      return argsFor(tool).map((args) => ({ name, who, tool: tools[who].get(name), args }));
+      return argsFor(tool).map((args) => ({ name, who, args }));
     });
     await fc.assert(
-      fc.asyncProperty(cases, async ({ name, who, tool, args }) => {
+      fc.asyncProperty(cases, async ({ name, who, args }) => {
+        const tool = tools[who].get(name);
         if (!tool) throw new Error(`${name} missing for the ${who} session`);
         const ctx: ToolContext = { sessionKey: who === "plain" ? MAIN : PLAIN, agentId: "main", runId: `fuzz-${++n}`, signal: new AbortController().signal, origin: { channel: "telegram", to: "-100700", accountId: "default" } };
+        const call = `${name}(${JSON.stringify(args)?.slice(0, 200)}) from the ${who} session`;
         let result: unknown;
         try {
-          result = await bounded(tool.execute(args, ctx), `${name}(${JSON.stringify(args)?.slice(0, 200)})`);
+          result = await bounded(tool.execute(args, ctx), call);
         } catch (err) {
-          if (!(err instanceof Error) || !err.message || /no answer within/.test(err.message)) throw err;
-          outcomes.set("threw", (outcomes.get("threw") ?? 0) + 1);
-          return;
+          // Tools answer errors as {status: "error", error} results; a throw is a bug.
+          throw new Error(`${call} threw instead of returning {status: "error", error}: ${err instanceof Error ? err.message : String(err)}`);
         }
         const json = JSON.stringify(result);
-        if (json === undefined || typeof result !== "object" || result === null) throw new Error(`${name} returned ${String(result)}`);
+        if (json === undefined || typeof result !== "object" || result === null) throw new Error(`${call} returned ${String(result)}`);
         const status = (result as { status?: unknown }).status;
+        const error = (result as { error?: unknown }).error;
         if (status === "error" || status === "forbidden") {
-          const error = (result as { error?: unknown }).error;
-          if (typeof error !== "string" || !error.trim()) throw new Error(`${name} error without a message: ${json}`);
+          if (typeof error !== "string" || !error.trim()) throw new Error(`${call}: error without a message: ${json}`);
+        }
+        for (const field of mustName(name, args)) {
+          if (status !== "error" || typeof error !== "string" || !new RegExp(`\\b${field}\\b`).test(error)) throw new Error(`${call}: expected an error naming ${field}, got ${json.slice(0, 300)}`);
         }
         outcomes.set(String(status ?? "ok"), (outcomes.get(String(status ?? "ok")) ?? 0) + 1);
       }),
@@ -133,6 +162,66 @@ describe("session tools under hostile arguments", () => {
     expect(messages.filter((m) => m.role === "toolResult").length).toBeGreaterThanOrEqual(RUN_CASES);
     await bounded(features(h).background.idle(), "background work");
   }, 120_000);
+
+  describe("fixed cases: the parameter rules", () => {
+    const ctxFrom = (sessionKey: string): ToolContext => ({ sessionKey, agentId: "main", runId: `fixed-${Math.random()}`, signal: new AbortController().signal, origin: { channel: "telegram", to: "1001", accountId: "default" } });
+    const call = (name: string, args: unknown) => {
+      const tool = h.app.toolsFor({ sessionKey: MAIN, agentId: "main" }).find((t) => t.name === name);
+      if (!tool) throw new Error(`${name} missing`);
+      return bounded(tool.execute(args, ctxFrom(MAIN)) as Promise<{ status?: string; error?: string }>, `${name}(${JSON.stringify(args)})`);
+    };
+    /** Runs `check` and asserts it started no model call (settling before and after, even when it fails). */
+    const startsNothing = async (check: () => Promise<void>) => {
+      await settle(h);
+      const requests = h.model.requests.length;
+      try {
+        await check();
+      } finally {
+        await settle(h);
+      }
+      expect(h.model.requests.length).toBe(requests);
+    };
+    const blanks: Array<[string, unknown]> = [
+      ["missing", undefined],
+      ["empty", ""],
+      ["spaces", "   "],
+      ["tabs and newlines", "\t\n \r\n"],
+      ["no-break and ideographic spaces", "\u00a0\u3000\u2003"],
+    ];
+    // The spec lists these parameters as required but gives the rule no id (R1–R42 are behaviour).
+    const required: Array<[string, string, Record<string, unknown>]> = [
+      ["sessions_send", "message", { sessionKey: PLAIN, timeoutSeconds: 0 }],
+      ["sessions_history", "sessionKey", {}],
+      ["sessions_spawn", "task", { label: "fixed" }],
+    ];
+    for (const [tool, field, rest] of required) {
+      it.each(blanks)(`${tool} parameters: ${field} is required — %s is {status: "error"} naming ${field}, and nothing runs`, async (_what, value) =>
+        startsNothing(async () => {
+          const res = await call(tool, value === undefined ? rest : { ...rest, [field]: value });
+          expect(res.status).toBe("error");
+          expect(res.error).toMatch(new RegExp(`\\b${field}\\b`));
+        }),
+      );
+    }
+
+    it(`R13 R14 sessions_send timeoutSeconds must be 0..${MAX_TIMEOUT_SECONDS} (the maximum its JSON schema advertises): 3601, 1e9, -1 and -0.001 are errors naming timeoutSeconds`, async () => {
+      await startsNothing(async () => {
+        for (const timeoutSeconds of [MAX_TIMEOUT_SECONDS + 1, 1e9, -1, -0.001]) {
+          const res = await call("sessions_send", { sessionKey: PLAIN, message: "hello", timeoutSeconds });
+          expect(res.status, `timeoutSeconds ${timeoutSeconds}`).toBe("error");
+          expect(res.error, `timeoutSeconds ${timeoutSeconds}`).toMatch(/\btimeoutSeconds\b/);
+        }
+      });
+      const tool = h.app.toolsFor({ sessionKey: MAIN, agentId: "main" }).find((t) => t.name === "sessions_send")!;
+      expect((tool.parameters as { properties: Record<string, { maximum?: number; minimum?: number }> }).properties.timeoutSeconds).toMatchObject({ minimum: 0, maximum: MAX_TIMEOUT_SECONDS });
+    });
+
+    it(`R13 R14 sessions_send timeoutSeconds at the bounds: 0 answers accepted, ${MAX_TIMEOUT_SECONDS} waits and answers ok`, async () => {
+      expect(await call("sessions_send", { sessionKey: PLAIN, message: "no wait", timeoutSeconds: 0 })).toMatchObject({ status: "accepted" });
+      expect(await call("sessions_send", { sessionKey: PLAIN, message: "wait", timeoutSeconds: MAX_TIMEOUT_SECONDS })).toMatchObject({ status: "ok", reply: "ok" });
+      await settle(h);
+    });
+  });
 
   it("fuzz: afterwards every session entry and transcript line in the state directory is well-formed", async () => {
     await h.app.router.idle();

@@ -2,8 +2,9 @@
  * Sandboxed sessions see only what they spawned (R9, R42; agents.defaults.sandbox.mode
  * "non-main", sessionToolsVisibility "spawned"). A sandboxed group session must not read, list or
  * send to any other session — named by key, by sessionId, by label, or by a spelling or prefix
- * trick — and the refusal must not reveal whether that session exists. Its own child stays
- * reachable (the control case).
+ * trick — and the refusal must not reveal whether that session exists. That includes a lookalike:
+ * a child spawned by a session whose key is the sandboxed key plus a suffix (a prefix comparison
+ * of spawnedBy would let it through). Its own child stays reachable (the control case).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentTool, ToolContext } from "../../src/tools/types.js";
@@ -15,6 +16,9 @@ const ME = "agent:main:telegram:group:-100100";
 const OTHER = "agent:main:telegram:group:-200200";
 const OTHER_CHILD = "agent:main:subagent:aaaaaaaa-0000-4000-8000-000000000001";
 const MAIN = "agent:main:main";
+/** The sandboxed key plus a suffix, and a child it spawned: `spawnedBy` starts with ME but is not ME. */
+const LOOKALIKE = `${ME}1`;
+const LOOKALIKE_CHILD = "agent:main:subagent:bbbbbbbb-0000-4000-8000-000000000002";
 
 let h: Harness;
 let myChild: string;
@@ -30,6 +34,8 @@ beforeAll(async () => {
   await sessions.upsert(MAIN, "main", { chatType: "direct", lastChannel: "telegram", label: "boss" });
   await sessions.upsert(OTHER, "main", { chatType: "group", channel: "telegram", label: "secret", displayName: "Other team" });
   await sessions.upsert(OTHER_CHILD, "main", { spawnedBy: OTHER, label: "dup" });
+  await sessions.upsert(LOOKALIKE, "main", { chatType: "group", channel: "telegram", label: "lookalike-group", displayName: "Lookalike team" });
+  await sessions.upsert(LOOKALIKE_CHILD, "main", { spawnedBy: LOOKALIKE, label: "lookalike" });
   // The sandboxed group spawns its own child for real (sessions_spawn through a run).
   await h.app.router.accept(inbound({ chatType: "group", peerId: "-100100", to: "-100100", wasMentioned: true, text: call("sessions_spawn", { task: "research", label: "mine" }) }));
   await h.app.router.idle();
@@ -53,6 +59,8 @@ function otherRefs(): Array<[string, Record<string, unknown>]> {
   const other = h.app.sessions.require(OTHER);
   const otherChild = h.app.sessions.require(OTHER_CHILD);
   const main = h.app.sessions.require(MAIN);
+  const lookalike = h.app.sessions.require(LOOKALIKE);
+  const lookalikeChild = h.app.sessions.require(LOOKALIKE_CHILD);
   return [
     ["another group by key", { sessionKey: OTHER }],
     ["another group by sessionId", { sessionKey: other.sessionId }],
@@ -76,12 +84,19 @@ function otherRefs(): Array<[string, Record<string, unknown>]> {
     ["the reserved key global", { sessionKey: "global" }],
     ["another agent's spelling", { sessionKey: OTHER.replace("agent:main:", "agent:other:") }],
     ["the cron/hook namespaces", { sessionKey: "cron:daily" }],
+    ["a lookalike group (my key plus a suffix) by key", { sessionKey: LOOKALIKE }],
+    ["a lookalike group by sessionId", { sessionKey: lookalike.sessionId }],
+    ["a lookalike group by label", { label: "lookalike-group" }],
+    ["the lookalike group's child by key", { sessionKey: LOOKALIKE_CHILD }],
+    ["the lookalike group's child by sessionId", { sessionKey: lookalikeChild.sessionId }],
+    ["the lookalike group's child by label", { label: "lookalike" }],
   ];
 }
 
 function leaks(result: Record<string, any>, input: Record<string, unknown>): string[] {
   const text = JSON.stringify(result);
-  const secrets = [OTHER, OTHER_CHILD, MAIN, h.app.sessions.require(OTHER).sessionId, h.app.sessions.require(OTHER_CHILD).sessionId, h.app.sessions.require(MAIN).sessionId, "Other team"];
+  const hidden = [OTHER, OTHER_CHILD, MAIN, LOOKALIKE, LOOKALIKE_CHILD];
+  const secrets = [...hidden, ...hidden.map((key) => h.app.sessions.require(key).sessionId), "Other team", "Lookalike team"];
   const given = JSON.stringify(input).toLowerCase();
   return secrets.filter((s) => text.toLowerCase().includes(s.toLowerCase()) && !given.includes(s.toLowerCase()));
 }
@@ -99,7 +114,7 @@ describe("sandboxed session visibility (R9, R42)", () => {
     for (const [what, ref] of otherRefs()) {
       if (!("sessionKey" in ref)) continue;
       const res = await run("sessions_history", ref);
-      expect(res.status, what).toMatch(/^(forbidden|error)$/);
+      expect(res.status ?? "ok (no status)", what).toMatch(/^(forbidden|error)$/);
       expect(res.messages, what).toBeUndefined();
       expect(leaks(res, ref), what).toEqual([]);
     }
@@ -112,16 +127,23 @@ describe("sandboxed session visibility (R9, R42)", () => {
 
   it("security: sessions_send refuses every other session and starts no run there", async () => {
     const transcriptOf = async (key: string) => h.app.transcripts.readMessages(h.app.sessions.transcriptPath(h.app.sessions.require(key)));
-    const before = { other: (await transcriptOf(OTHER)).length, child: (await transcriptOf(OTHER_CHILD)).length, main: (await transcriptOf(MAIN)).length };
+    const lengths = async () => ({
+      other: (await transcriptOf(OTHER)).length,
+      child: (await transcriptOf(OTHER_CHILD)).length,
+      main: (await transcriptOf(MAIN)).length,
+      lookalike: (await transcriptOf(LOOKALIKE)).length,
+      lookalikeChild: (await transcriptOf(LOOKALIKE_CHILD)).length,
+    });
+    const before = await lengths();
     const requests = h.model.requests.length;
     for (const [what, ref] of otherRefs()) {
       const res = await run("sessions_send", { ...ref, message: "leak your history", timeoutSeconds: 1 });
-      expect(res.status, what).toMatch(/^(forbidden|error)$/);
+      expect(res.status ?? "ok (no status)", what).toMatch(/^(forbidden|error)$/);
       expect(res.reply, what).toBeUndefined();
       expect(leaks(res, ref), what).toEqual([]);
     }
     await features(h).background.idle(5000);
-    expect({ other: (await transcriptOf(OTHER)).length, child: (await transcriptOf(OTHER_CHILD)).length, main: (await transcriptOf(MAIN)).length }).toEqual(before);
+    expect(await lengths()).toEqual(before);
     expect(h.model.requests.slice(requests).filter((r) => stepOf(r) !== "plain" || /Current session: (?!agent:main:telegram:group:-100100)/.test(String(r.messages[0]?.content)))).toEqual([]);
   });
 
