@@ -33,7 +33,8 @@ export type Responder = (req: ModelRequest, index: number) => ModelReply | Promi
 
 const MODEL_ID = "fake-model";
 
-const echoLastUser: Responder = (req) => {
+/** The default responder: `echo: <the last user message>` (tests wrap it, e.g. to add a delay). */
+export const echoLastUser: Responder = (req) => {
   const lastUser = [...req.messages].reverse().find((m) => m?.role === "user");
   return { content: `echo: ${textOf(lastUser?.content)}` };
 };

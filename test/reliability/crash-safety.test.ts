@@ -5,18 +5,29 @@
  * steady stream of messages keeps arriving while the daemon is killed with SIGKILL at seeded
  * random points and restarted; afterwards every message must have been answered exactly once.
  *
+ * The kills must find work in flight, or the recovery paths go untested (a fake answering
+ * instantly left the daemon idle at nearly every kill): the model answers after 0–100 ms and
+ * sendMessage after 50–250 ms, so a kill catches inbound messages mid-run and replies queued or
+ * mid-send. The test reads the state directory after every kill and fails if too few kills left
+ * such work behind. Telegram redelivery is exercised on purpose too: the Telegram offset commits
+ * with the inbound records, so a kill alone almost never makes Telegram send an update again;
+ * after each start the test re-sends one message already answered (same message_id, new
+ * update_id), which the daemon's dedupe must ignore — no second reply, no second transcript line.
+ *
  * The one window the design cannot close on Telegram (no idempotency key on sendMessage) is a
  * kill between persisting a chunk as `attempted` and the platform receiving it: the outbox then
  * records `unknown_after_send` and does not send again (a duplicate is the worse failure). The
  * fake tells that case apart exactly — it never received the request — and the test counts it
  * separately and prints it, instead of letting it pass as "answered" or fail as a lost message.
+ * (A kill while the fake holds a received send is not that window: like Telegram, the fake
+ * delivers what it received, and the restarted daemon must not send it again.)
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { FakeModelServer } from "../fakes/model-server.js";
-import { FakeTelegramBotApi, fakeUser, groupChat, privateChat, type FakeChat, type FakeUser } from "../fakes/telegram-bot-api.js";
+import { echoLastUser, FakeModelServer } from "../fakes/model-server.js";
+import { FakeTelegramBotApi, fakeUser, groupChat, privateChat, type FakeChat, type FakeMessage, type FakeUser } from "../fakes/telegram-bot-api.js";
 import { spawnDaemon, writeConfig, type DaemonProcess } from "../helpers/daemon-process.js";
 import { seededRandom } from "../helpers/seeded-random.js";
 import { checkState } from "../helpers/state-check.js";
@@ -24,12 +35,48 @@ import { checkState } from "../helpers/state-check.js";
 const SEED = 0x5eed_2026;
 const CYCLES = 12;
 const MESSAGES_PER_SECOND = 60;
+/** How long the fake model takes per reply, and the fake Telegram per sendMessage (ms, seeded). */
+const MODEL_DELAY_MS: [number, number] = [0, 100];
+const SEND_DELAY_MS: [number, number] = [50, 250];
+/** Kills that must leave each kind of unfinished work behind, or the run proved nothing. */
+const MIN_KILLS_WITH_WORK = 3;
 
 interface Sent {
   text: string;
   inboundId: string;
   chatId: number;
-  sessionFile?: string;
+  /** The message as the fake delivered it, to deliver it again. */
+  message: FakeMessage;
+  redelivered?: boolean;
+}
+
+interface OutboxRow {
+  id: string;
+  target: { to: string; threadId?: string };
+  state: string;
+  attempted?: number;
+  unknownChunks?: number[];
+}
+
+/** What one kill left in the state directory. */
+interface AfterKill {
+  /** ms after spawn, and whether the daemon had logged "listening" by then. */
+  at: number;
+  listening: boolean;
+  outboxQueued: number;
+  outboxSending: number;
+  /** Ids of outbox records whose send had started (`attempted`) and was not acknowledged. */
+  midSend: string[];
+  inboundUnfinished: number;
+}
+
+const TERMINAL = new Set(["sent", "suppressed", "failed"]);
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Resolves once the daemon has logged `text` (its output is polled), or has exited. */
+async function logged(daemon: DaemonProcess, text: string): Promise<void> {
+  const { child } = daemon;
+  while (!daemon.output().includes(text) && child.exitCode === null && child.signalCode === null) await sleep(5);
 }
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -38,14 +85,33 @@ afterAll(async () => {
 });
 
 describe("crash safety (daemon child process, SIGKILL, restart)", () => {
-  it(`crash-safety: every inbound answered exactly once across ${CYCLES} SIGKILL restarts; entries and transcripts intact`, async () => {
-    const rand = seededRandom(SEED);
+  it(`crash-safety: every inbound answered exactly once across ${CYCLES} SIGKILL restarts with work in flight, redeliveries ignored; entries and transcripts intact`, async () => {
+    // One generator per concern. The kill schedule is drawn up front from its own, so it replays
+    // exactly; the others are consumed at timer- and network-driven moments that differ per run.
+    const killRand = seededRandom(SEED);
+    const schedule = Array.from({ length: CYCLES }, () => {
+      // About one kill in four counts from the spawn and mostly lands during start-up (loading,
+      // resuming); the rest count from the moment Telegram is connected (the outbox opens then)
+      // and land while the daemon works: reconciling, running, sending.
+      const duringStart = killRand.next() < 0.25;
+      return { duringStart, ms: duringStart ? killRand.int(100, 700) : killRand.int(0, 1200), pauseMs: killRand.int(0, 120) };
+    });
+    const speakerRand = seededRandom(SEED + 1);
+    const modelRand = seededRandom(SEED + 2);
+    const sendRand = seededRandom(SEED + 3);
+
     const dir = mkdtempSync(path.join(os.tmpdir(), "sb-crash-"));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-    const model = new FakeModelServer();
+    const model = new FakeModelServer(async (req, index) => ({ ...(await echoLastUser(req, index)), delayMs: modelRand.int(...MODEL_DELAY_MS) }));
     const baseUrl = await model.start();
     cleanups.push(() => model.stop());
     const api = new FakeTelegramBotApi();
+    // Received at once (recorded in `calls`), answered and delivered later — also when the daemon
+    // died meanwhile, as Telegram does with a request it received.
+    api.override("sendMessage", async () => {
+      await sleep(sendRand.int(...SEND_DELAY_MS));
+      return undefined;
+    });
     const apiRoot = await api.start();
     cleanups.push(() => api.stop());
     const stateDir = path.join(dir, "data");
@@ -54,7 +120,9 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
       log: { level: "info" },
       gateway: { port: 0 },
       models: { providers: { fake: { baseUrl, models: [{ id: "m" }] } } },
-      agents: { defaults: { model: "fake/m" } },
+      // A run for every chat at once: with the model taking its time, the default pool (4) would
+      // fall behind the stream and the backlog, not the kills, would set the pace.
+      agents: { defaults: { model: "fake/m", maxConcurrent: 16 } },
       session: { dmScope: "per-channel-peer" },
       channels: {
         webchat: { enabled: false },
@@ -66,7 +134,7 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
     const users: FakeUser[] = Array.from({ length: 12 }, (_, i) => fakeUser(`User${i}`));
     const chats: Array<{ chat: FakeChat; from: () => FakeUser }> = [
       ...users.map((u) => ({ chat: privateChat(u), from: () => u })),
-      { chat: groupChat(-4_200_001, "Crash Group"), from: () => rand.pick(users) },
+      { chat: groupChat(-4_200_001, "Crash Group"), from: () => speakerRand.pick(users) },
     ];
     const sent: Sent[] = [];
     let n = 0;
@@ -74,47 +142,98 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
       const { chat, from } = chats[n % chats.length];
       const text = `m${n++}`;
       const update = api.injectText({ chat, from: from(), text });
-      const message = update.message as { message_id: number; chat: { id: number } };
-      sent.push({ text, chatId: message.chat.id, inboundId: `telegram:default:${message.chat.id}:${message.message_id}` });
+      const message = update.message as FakeMessage;
+      sent.push({ text, chatId: message.chat.id, inboundId: `telegram:default:${message.chat.id}:${message.message_id}`, message });
     };
     const stream = setInterval(inject, 1000 / MESSAGES_PER_SECOND);
     cleanups.push(() => clearInterval(stream));
 
-    let daemon: DaemonProcess | undefined;
-    cleanups.push(() => daemon?.kill("SIGKILL"));
-    const kills: number[] = [];
-    for (let cycle = 0; cycle < CYCLES; cycle++) {
-      daemon = spawnDaemon(config);
-      // Kill anywhere: while starting, while resuming, while busy; never waiting for a "safe" moment.
-      const after = rand.int(250, 1600);
-      await Promise.race([new Promise((r) => setTimeout(r, after)), daemon.exited]);
-      expect(daemon.child.exitCode, `daemon died on its own in cycle ${cycle}:\n${daemon.output().slice(-2000)}`).toBeNull();
-      daemon.kill("SIGKILL");
-      const { signal } = await daemon.exited;
-      expect(signal).toBe("SIGKILL");
-      kills.push(after);
-      await new Promise((r) => setTimeout(r, rand.int(0, 120)));
-    }
-    clearInterval(stream);
-
-    // The last start runs until every message has its answer (or nothing moves for 15 s).
-    daemon = spawnDaemon(config);
-    await daemon.listening;
     const replies = () => {
       const counts = new Map<string, number>();
       for (const m of api.sent) if (m.text?.startsWith("echo: ")) counts.set(m.text.slice(6), (counts.get(m.text.slice(6)) ?? 0) + 1);
       return counts;
     };
+    // Telegram delivering a message again (same message_id, new update_id): the oldest answered
+    // one not yet re-sent, so its inbound record is long done and only the dedupe can stop it.
+    let lastRedeliveryUpdateId = 0;
+    const redeliverAnswered = () => {
+      const answered = replies();
+      const again = sent.find((s) => !s.redelivered && answered.has(s.text));
+      if (!again) return;
+      again.redelivered = true;
+      lastRedeliveryUpdateId = api.pushUpdate({ message: again.message }).update_id;
+    };
+
+    let daemon: DaemonProcess | undefined;
+    cleanups.push(() => daemon?.kill("SIGKILL"));
+    const afterKills: AfterKill[] = [];
+    for (const [cycle, kill] of schedule.entries()) {
+      daemon = spawnDaemon(config);
+      redeliverAnswered();
+      // Kill anywhere: while starting, while resuming, while busy; never waiting for a "safe" moment.
+      let listenedAt: number | undefined;
+      void daemon.listening.then(
+        ({ ms }) => (listenedAt = ms),
+        () => undefined,
+      );
+      const spawnedAt = performance.now();
+      const due = kill.duringStart ? sleep(kill.ms) : logged(daemon, "telegram connected").then(() => sleep(kill.ms));
+      await Promise.race([due, daemon.exited]);
+      expect(daemon.child.exitCode, `daemon died on its own in cycle ${cycle}:\n${daemon.output().slice(-2000)}`).toBeNull();
+      daemon.kill("SIGKILL");
+      const at = Math.round(performance.now() - spawnedAt);
+      const { signal } = await daemon.exited;
+      expect(signal).toBe("SIGKILL");
+
+      // What the kill left behind: it must be intact, and (over the run) it must include work.
+      const after: AfterKill = { at, listening: listenedAt !== undefined, outboxQueued: 0, outboxSending: 0, midSend: [], inboundUnfinished: 0 };
+      if (existsSync(path.join(stateDir, "switchboard.sqlite"))) {
+        const st = await checkState(stateDir, { spaces: ["outbox", "inbound"] });
+        expect(st.problems, `state directory after SIGKILL ${cycle}`).toEqual([]);
+        const outboxRows = (st.spaces.get("outbox") ?? []).map(([, v]) => v as OutboxRow);
+        after.outboxQueued = outboxRows.filter((r) => r.state === "queued").length;
+        after.outboxSending = outboxRows.filter((r) => r.state === "sending").length;
+        const midSend = outboxRows.filter((r) => r.state === "sending" && r.attempted !== undefined);
+        after.midSend = midSend.map((r) => r.id);
+        // One lane per destination sends one chunk at a time, so a kill interrupts at most one send
+        // to each; a second means an earlier interrupted send was never picked up again.
+        const byDestination = new Map<string, string[]>();
+        for (const r of midSend) {
+          const to = `${r.target.to}|${r.target.threadId ?? ""}`;
+          byDestination.set(to, [...(byDestination.get(to) ?? []), r.id]);
+        }
+        const doubled = [...byDestination].filter(([, ids]) => ids.length > 1).map(([to, ids]) => `${to}: ${ids.join(", ")}`);
+        expect(doubled, `destinations with more than one send mid-flight after SIGKILL ${cycle}`).toEqual([]);
+        after.inboundUnfinished = (st.spaces.get("inbound") ?? []).filter(([, v]) => (v as { state: string }).state !== "done").length;
+      }
+      afterKills.push(after);
+      await sleep(kill.pauseMs);
+    }
+    clearInterval(stream);
+
+    // The last start runs until every message has its answer — except a reply a kill caught
+    // mid-send that never reached the fake (never re-sent: checked against the store below) —
+    // or nothing moves for 15 s.
+    daemon = spawnDaemon(config);
+    redeliverAnswered();
+    await daemon.listening;
+    const interrupted = new Set(afterKills.flatMap((k) => k.midSend));
+    const received = () => new Set(api.callsTo("sendMessage").map((c) => c.body.text));
+    const settled = () => {
+      const answered = replies();
+      const got = received();
+      return sent.filter((s) => answered.has(s.text) || (interrupted.has(`reply:${s.inboundId}`) && !got.has(`echo: ${s.text}`))).length;
+    };
     let last = -1;
     let still = Date.now();
     for (;;) {
-      const answered = replies().size;
-      if (answered !== last) {
-        last = answered;
+      const done = settled();
+      if (done !== last) {
+        last = done;
         still = Date.now();
       }
-      if (answered === sent.length || Date.now() - still > 15_000) break;
-      await new Promise((r) => setTimeout(r, 50));
+      if (done === sent.length || Date.now() - still > 15_000) break;
+      await sleep(50);
     }
     daemon.kill("SIGTERM");
     const stopped = await daemon.exited;
@@ -125,24 +244,50 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
     const duplicated = sent.filter((s) => (counts.get(s.text) ?? 0) > 1).map((s) => `${s.text}×${counts.get(s.text)}`);
     const unanswered = sent.filter((s) => !counts.has(s.text));
     const state = await checkState(stateDir, { spaces: ["outbox", "inbound"] });
-    const outbox = new Map(state.spaces.get("outbox")?.map(([k, v]) => [k, v as { state: string; unknownChunks?: number[] }]));
+    const outbox = new Map(state.spaces.get("outbox")?.map(([k, v]) => [k, v as OutboxRow]));
     // Unanswered because the kill hit between "attempted" and the platform receiving the send:
     // the daemon recorded that it cannot know (unknown_after_send) and the fake never got it.
+    const got = received();
     const inFlightAtKill = unanswered.filter((s) => {
       const rec = outbox.get(`reply:${s.inboundId}`);
-      return rec?.state === "sent" && rec.unknownChunks?.includes(0) && !api.callsTo("sendMessage").some((c) => c.body.text === `echo: ${s.text}`);
+      return rec?.state === "sent" && rec.unknownChunks?.includes(0) && !got.has(`echo: ${s.text}`);
     });
     const lost = unanswered.filter((s) => !inFlightAtKill.includes(s)).map((s) => `${s.text} (${s.inboundId}, outbox ${JSON.stringify(outbox.get(`reply:${s.inboundId}`) ?? null)})`);
+    const redelivered = sent.filter((s) => s.redelivered);
+    const kills = afterKills.map((k) => `${k.at}${k.listening ? "" : "*"}`).join("/");
+    const leftOver = afterKills.map((k) => `${k.outboxQueued}q+${k.outboxSending}s/${k.inboundUnfinished}i`).join(" ");
     console.info(
-      `crash-safety: ${sent.length} messages, ${CYCLES} SIGKILLs at ${kills.join("/")} ms after spawn; ` +
+      `crash-safety: ${sent.length} messages, ${CYCLES} SIGKILLs at ${kills} ms after spawn (* before listening); ` +
+        `left unfinished per kill (outbox queued+sending/inbound): ${leftOver}; ` +
+        `${redelivered.length} answered messages redelivered; ` +
         `${counts.size} answered once, ${duplicated.length} duplicated, ${lost.length} lost, ` +
         `${inFlightAtKill.length} unknown_after_send (killed between "attempted" and the platform receiving it: ${inFlightAtKill.map((s) => s.text).join(", ") || "none"})`,
     );
     expect(sent.length).toBeGreaterThan(400);
     expect(duplicated).toEqual([]);
     expect(lost).toEqual([]);
-    // Each SIGKILL can catch at most one send per destination in that window.
-    expect(inFlightAtKill.length).toBeLessThanOrEqual(CYCLES);
+    // Only a send a kill interrupted (mid-send in the state it left) may end unknown_after_send;
+    // each kill interrupts at most one per destination (checked after every kill).
+    expect(inFlightAtKill.filter((s) => !interrupted.has(`reply:${s.inboundId}`)).map((s) => s.text), "unknown_after_send although no kill interrupted that send").toEqual([]);
+
+    // ---- the kills found work in flight (else the recovery paths above went untested)
+    const withOutbox = afterKills.filter((k) => k.outboxQueued + k.outboxSending > 0).length;
+    const withSending = afterKills.filter((k) => k.outboxSending > 0).length;
+    const withInbound = afterKills.filter((k) => k.inboundUnfinished > 0).length;
+    expect(withOutbox, `kills that left outbox records queued or sending (${leftOver}): the outbox resume path went untested`).toBeGreaterThanOrEqual(MIN_KILLS_WITH_WORK);
+    expect(withSending, `kills that left an outbox record mid-send (${leftOver}): reconciling interrupted sends went untested`).toBeGreaterThanOrEqual(MIN_KILLS_WITH_WORK);
+    expect(withInbound, `kills that left inbound records unfinished (${leftOver}): the inbound resume path went untested`).toBeGreaterThanOrEqual(MIN_KILLS_WITH_WORK);
+
+    // ---- redelivered messages were ignored: one reply, one transcript line (checked below)
+    expect(redelivered.length, "answered messages redelivered (one per start after the first answer)").toBeGreaterThanOrEqual(CYCLES / 2);
+    expect(api.confirmedOffset, "the daemon acknowledged every redelivery").toBeGreaterThan(lastRedeliveryUpdateId);
+    expect(redelivered.filter((s) => counts.get(s.text) !== 1).map((s) => `${s.text}×${counts.get(s.text) ?? 0}`), "replies to redelivered messages").toEqual([]);
+
+    // ---- nothing was left behind: every delivery finished, every inbound message done
+    const unfinishedOutbox = [...outbox].filter(([, r]) => !TERMINAL.has(r.state)).map(([k, r]) => `${k}: ${r.state}`);
+    expect(unfinishedOutbox, "outbox records never finished").toEqual([]);
+    const unfinishedInbound = (state.spaces.get("inbound") ?? []).filter(([, v]) => (v as { state: string }).state !== "done").map(([k, v]) => `${k}: ${(v as { state: string }).state}`);
+    expect(unfinishedInbound, "inbound records never finished").toEqual([]);
 
     // ---- replies came in each chat's order
     for (const { chat } of chats) {
@@ -160,7 +305,7 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
     const allSaid = [...said.values()].flat();
     const seen = new Map<string, number>();
     for (const t of allSaid) seen.set(t, (seen.get(t) ?? 0) + 1);
-    expect(sent.filter((s) => seen.get(s.text) !== 1).map((s) => `${s.text}×${seen.get(s.text) ?? 0}`)).toEqual([]);
+    expect(sent.filter((s) => seen.get(s.text) !== 1).map((s) => `${s.text}×${seen.get(s.text) ?? 0}${s.redelivered ? " (redelivered)" : ""}`), "messages not in their transcript exactly once").toEqual([]);
     for (const [file, texts] of said) {
       const numbers = texts.map((t) => Number(t.slice(1)));
       expect(numbers, `user messages in ${file}`).toEqual([...numbers].sort((a, b) => a - b));
