@@ -18,6 +18,8 @@ export interface DaemonProcess {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   /** Everything the process wrote to stdout and stderr so far. */
   output(): string;
+  /** Resolves once the output contains `text`, or once the process has exited (check `exited`). */
+  logged(text: string): Promise<void>;
   /** Resident set size in bytes (Linux /proc), or undefined once gone. */
   rssBytes(): number | undefined;
   kill(signal?: NodeJS.Signals): void;
@@ -38,11 +40,13 @@ export function spawnDaemon(configFile: string, opts: { env?: NodeJS.ProcessEnv;
     stdio: ["ignore", "pipe", "pipe"],
   });
   let out = "";
+  const waiters = new Set<{ text: string; resolve: () => void }>();
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
   const listening = new Promise<{ port: number; ms: number }>((resolve, reject) => {
     let done = false;
     const onData = (d: Buffer) => {
       out += d.toString();
+      for (const w of waiters) if (out.includes(w.text)) (waiters.delete(w), w.resolve());
       if (done) return;
       const line = out.split("\n").find((l) => l.includes("switchboard listening"));
       if (!line) return;
@@ -54,6 +58,8 @@ export function spawnDaemon(configFile: string, opts: { env?: NodeJS.ProcessEnv;
     child.stdout?.on("data", onData);
     child.stderr?.on("data", onData);
     void exited.then(({ code, signal }) => {
+      for (const w of waiters) w.resolve();
+      waiters.clear();
       if (!done) reject(new Error(`daemon exited before listening (code ${code}, signal ${signal}):\n${out}`));
     });
   });
@@ -65,6 +71,10 @@ export function spawnDaemon(configFile: string, opts: { env?: NodeJS.ProcessEnv;
     listening,
     exited,
     output: () => out,
+    logged(text) {
+      if (out.includes(text) || child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+      return new Promise((resolve) => waiters.add({ text, resolve }));
+    },
     rssBytes() {
       try {
         const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"));

@@ -71,13 +71,10 @@ interface AfterKill {
 }
 
 const TERMINAL = new Set(["sent", "suppressed", "failed"]);
+/** Inbound records of a state read not yet done, as "key: state". */
+const unfinishedInbound = (rows: Array<[string, unknown]> = []) =>
+  rows.filter(([, v]) => (v as { state: string }).state !== "done").map(([k, v]) => `${k}: ${(v as { state: string }).state}`);
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** Resolves once the daemon has logged `text` (its output is polled), or has exited. */
-async function logged(daemon: DaemonProcess, text: string): Promise<void> {
-  const { child } = daemon;
-  while (!daemon.output().includes(text) && child.exitCode === null && child.signalCode === null) await sleep(5);
-}
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterAll(async () => {
@@ -177,7 +174,7 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
         () => undefined,
       );
       const spawnedAt = performance.now();
-      const due = kill.duringStart ? sleep(kill.ms) : logged(daemon, "telegram connected").then(() => sleep(kill.ms));
+      const due = kill.duringStart ? sleep(kill.ms) : daemon.logged("telegram connected").then(() => sleep(kill.ms));
       await Promise.race([due, daemon.exited]);
       expect(daemon.child.exitCode, `daemon died on its own in cycle ${cycle}:\n${daemon.output().slice(-2000)}`).toBeNull();
       daemon.kill("SIGKILL");
@@ -204,7 +201,7 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
         }
         const doubled = [...byDestination].filter(([, ids]) => ids.length > 1).map(([to, ids]) => `${to}: ${ids.join(", ")}`);
         expect(doubled, `destinations with more than one send mid-flight after SIGKILL ${cycle}`).toEqual([]);
-        after.inboundUnfinished = (st.spaces.get("inbound") ?? []).filter(([, v]) => (v as { state: string }).state !== "done").length;
+        after.inboundUnfinished = unfinishedInbound(st.spaces.get("inbound")).length;
       }
       afterKills.push(after);
       await sleep(kill.pauseMs);
@@ -286,8 +283,7 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
     // ---- nothing was left behind: every delivery finished, every inbound message done
     const unfinishedOutbox = [...outbox].filter(([, r]) => !TERMINAL.has(r.state)).map(([k, r]) => `${k}: ${r.state}`);
     expect(unfinishedOutbox, "outbox records never finished").toEqual([]);
-    const unfinishedInbound = (state.spaces.get("inbound") ?? []).filter(([, v]) => (v as { state: string }).state !== "done").map(([k, v]) => `${k}: ${(v as { state: string }).state}`);
-    expect(unfinishedInbound, "inbound records never finished").toEqual([]);
+    expect(unfinishedInbound(state.spaces.get("inbound")), "inbound records never finished").toEqual([]);
 
     // ---- replies came in each chat's order
     for (const { chat } of chats) {
