@@ -10,6 +10,7 @@ import { AgentRuntime } from "./agents/runtime.js";
 import { ModelRegistry } from "./agents/models/registry.js";
 import type { ModelProvider } from "./agents/models/provider.js";
 import { Outbox, type OutboxRecord } from "./delivery/outbox.js";
+import { openSendJournal, type SendJournal } from "./delivery/send-journal.js";
 import { InboundRouter } from "./inbound/router.js";
 import { defaultAgentId } from "./inbound/route.js";
 import { canonicalizeKey, looksLikeSessionKey, type SessionKey } from "./sessions/keys.js";
@@ -42,6 +43,8 @@ export class App {
   sessions!: SessionStore;
   transcripts = new TranscriptStore();
   outbox!: Outbox;
+  /** Kept beside a durable store only: with a memory store nothing survives a restart anyway. */
+  private journal: SendJournal | undefined;
   runtime!: AgentRuntime;
   router!: InboundRouter;
   models: ModelRegistry;
@@ -68,6 +71,7 @@ export class App {
     this.kv = await openKvStore(url, this.stateDir);
     this.sessions = new SessionStore(this.kv.space<SessionEntry>("sessions"), this.stateDir);
     await this.sessions.load();
+    if (this.kv.durable) this.journal = openSendJournal(path.join(this.stateDir, "outbox-journal.jsonl"));
     this.outbox = new Outbox({
       space: this.kv.space<OutboxRecord>("outbox"),
       sessions: this.sessions,
@@ -75,6 +79,7 @@ export class App {
       policy: () => this.config.session.sendPolicy,
       adapter: (channel, accountId) => this.adapter(channel, accountId),
       log: this.log.child({ component: "outbox" }),
+      journal: this.journal,
       ...(this.opts.outboxClock ? { now: this.opts.outboxClock.now, sleep: this.opts.outboxClock.sleep } : {}),
     });
     this.runtime = new AgentRuntime({
@@ -157,6 +162,7 @@ export class App {
   async close(): Promise<void> {
     await this.sessions?.flush();
     await this.transcripts.close();
+    this.journal?.close();
     await this.kv?.close();
   }
 }

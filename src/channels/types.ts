@@ -56,6 +56,11 @@ export interface OutboundTarget {
 export interface SendOptions {
   /** Stable per chunk across retries and restarts. */
   idempotencyKey?: string;
+  /**
+   * Given to adapters that declare `reportsWire`: records the send as started in the outbox's
+   * journal. Never throws.
+   */
+  onWire?: () => void;
 }
 
 export interface SendReceipt {
@@ -131,6 +136,19 @@ export interface ChannelAdapter {
    * send whose outcome is unknown after a crash may be repeated safely.
    */
   readonly idempotentSends?: boolean;
+  /**
+   * Called by the outbox before a send is journaled as started and send() is called: resolves
+   * once send() can put the request on the wire at once (a connection is open), so that a kill
+   * between the journal line and the platform receiving the send stays a window of microseconds.
+   * Must not reject; a platform that cannot get ready lets send() fail as usual.
+   */
+  prepareSend?(target: OutboundTarget): Promise<void>;
+  /**
+   * send() calls `opts.onWire` itself, no later than the first byte of its request can leave the
+   * process (and not at all when it fails before that), so the journal line goes down at the last
+   * moment instead of before send() is entered. Without it the outbox writes the line first.
+   */
+  readonly reportsWire?: boolean;
   /** Best-effort typing indicator while a run works. */
   typing?(target: OutboundTarget): Promise<void>;
   health(): ChannelHealth;

@@ -3,11 +3,13 @@
  * announces, gateway `send`, command answers — is written here first, checked against the send
  * policy, chunked, rate-limited, sent, and acknowledged.
  *
- * Durability per chunk: a chunk is marked `attempted` before the platform call and `sent` after
- * it. After a crash, a chunk left `attempted` is repeated only where the platform dedupes by our
- * idempotency key (Discord nonces); elsewhere it is reconciled as `unknown_after_send` and skipped —
- * never re-sent blind, because a duplicate reply is the most common complaint of such daemons —
- * and the remaining chunks continue. Queued messages resume in order.
+ * Durability per chunk: a chunk is marked `attempted` in the store before the platform call, a
+ * line is written to the send journal the instant before the call (send-journal.ts), and the chunk
+ * is marked `sent` after it. After a crash, a chunk left `attempted` without a journal line never
+ * reached the platform and is sent; one with a line is repeated only where the platform dedupes by
+ * our idempotency key (Discord nonces); elsewhere it is reconciled as `unknown_after_send` and
+ * skipped — never re-sent blind, because a duplicate reply is the most common complaint of such
+ * daemons — and the remaining chunks continue. Queued messages resume in order.
  */
 import type pino from "pino";
 import { lazyChild } from "../log.js";
@@ -19,6 +21,7 @@ import type { TranscriptStore } from "../sessions/transcript.js";
 import type { KvSpace } from "../store/kv.js";
 import { chunkText } from "./chunk.js";
 import { RateLimiter } from "./rate-limiter.js";
+import { conservativeJournal, type SendJournal } from "./send-journal.js";
 import { BoundedMap } from "../util/bounded-map.js";
 
 export type OutboundKind = "reply" | "announce" | "send" | "command";
@@ -82,6 +85,8 @@ export interface OutboxDeps {
   maxAgeMs?: number;
   /** Keep finished records this long so a repeated id stays a no-op (ms). */
   retentionMs?: number;
+  /** Which interrupted sends may have reached the platform; without one, any may have. */
+  journal?: SendJournal;
 }
 
 const TERMINAL: ReadonlySet<OutboxState> = new Set(["sent", "suppressed", "failed"]);
@@ -106,6 +111,7 @@ export class Outbox {
   private readonly limiter: RateLimiter;
   private readonly now: () => number;
   private readonly sleep: (ms: number) => Promise<void>;
+  private readonly journal: SendJournal;
   private stopped = false;
   private inflight = 0;
   private lastCreatedAt = 0;
@@ -118,6 +124,7 @@ export class Outbox {
   constructor(private readonly deps: OutboxDeps) {
     this.now = deps.now ?? Date.now;
     this.sleep = deps.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
+    this.journal = deps.journal ?? conservativeJournal;
     this.limiter = new RateLimiter(this.now);
   }
 
@@ -142,6 +149,7 @@ export class Outbox {
       this.records.set(record.id, record);
       this.schedule(record);
     }
+    this.journal.retain((id, chunk) => this.records.get(id)?.attempted === chunk);
     await Promise.all(expired);
   }
 
@@ -323,7 +331,16 @@ export class Outbox {
       if (accepted) await accepted;
       this.inflight++;
       try {
-        const receipt = await adapter.send(record.target, chunks[record.next], { idempotencyKey: `${record.id}#${record.next}` });
+        await adapter.prepareSend?.(record.target);
+        if (this.stopped) {
+          record.attempted = undefined;
+          return;
+        }
+        const chunk = record.next;
+        const onWire = () => this.journalStarting(record.id, chunk, log);
+        // Else the adapter writes it at the last moment (ChannelAdapter.reportsWire).
+        if (!adapter.reportsWire) onWire();
+        const receipt = await adapter.send(record.target, chunks[chunk], { idempotencyKey: `${record.id}#${chunk}`, ...(adapter.reportsWire ? { onWire } : {}) });
         this.limiter.settle(limits, stamp);
         record.messageIds.push(receipt.messageId);
         record.next++;
@@ -356,11 +373,26 @@ export class Outbox {
     await this.recordDelivery(record, record.unknownChunks?.length ? "unknown_after_send" : "sent");
   }
 
+  /**
+   * The journal line of a chunk about to go out. Adapters call it from deep inside their transport
+   * (reportsWire), where a throw would crash the process: a failed write is logged instead.
+   */
+  private journalStarting(id: string, chunk: number, log: pino.Logger): void {
+    try {
+      this.journal.starting(id, chunk);
+    } catch (err) {
+      log.error({ err, chunk }, "send journal not written: a crash before this send is acknowledged could repeat it");
+    }
+  }
+
   /** A chunk whose send was interrupted by a restart: repeat it only where that is safe. */
   private async reconcile(record: OutboxRecord, log: pino.Logger): Promise<void> {
     const index = record.attempted as number;
     record.attempted = undefined;
-    if (this.deps.adapter(record.target.channel, record.target.accountId)?.idempotentSends) {
+    if (!this.journal.mayHaveStarted(record.id, index)) {
+      record.next = index;
+      log.info({ chunk: index }, "send interrupted by a restart before it reached the platform; sending it");
+    } else if (this.deps.adapter(record.target.channel, record.target.accountId)?.idempotentSends) {
       record.next = index;
       log.info({ chunk: index }, "send interrupted by a restart; repeating it under the same idempotency key");
     } else {
@@ -405,7 +437,11 @@ export class Outbox {
 
   private async persist(record: OutboxRecord): Promise<void> {
     record.updatedAt = this.now();
+    // Decided now: set() serialises the record as it is at this call.
+    const settles = record.attempted === undefined;
     await this.deps.space.set(record.id, record);
+    // Once the store shows no send in progress, no journal line of the record is needed.
+    if (settles) this.journal.settled(record.id);
   }
 }
 

@@ -27,6 +27,8 @@ export interface KvStore {
   close(): Promise<void>;
   /** "sqlite:<file>" or "memory", for logs and `status`. */
   readonly description: string;
+  /** Whether what is written survives a restart. */
+  readonly durable: boolean;
 }
 
 type SqliteStore = InstanceType<typeof KeyvSqlite> & { query(sql: string, ...params: unknown[]): Promise<Array<Record<string, unknown>>> };
@@ -47,6 +49,7 @@ function memoryStore(): KvStore {
   const map = new Map<string, unknown>();
   return {
     description: "memory",
+    durable: false,
     space<T>(namespace: string): KvSpace<T> {
       const prefix = `${namespace}:`;
       return {
@@ -98,6 +101,7 @@ async function sqliteStore(file: string): Promise<KvStore> {
   };
   return {
     description: `sqlite:${file}`,
+    durable: true,
     space<T>(namespace: string): KvSpace<T> {
       const keyv = keyvFor(namespace);
       const scan = async (visit: (key: string, value: T) => void): Promise<void> => {

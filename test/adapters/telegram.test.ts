@@ -1,8 +1,9 @@
 /**
  * The Telegram adapter end to end: real telegraf, real HTTP, against the fake Bot API.
  */
+import net from "node:net";
 import pino from "pino";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { createTelegramAdapter, type TelegramAdapter, type TelegramAdapterOptions } from "../../adapters/telegram/index.js";
 import { type AdapterKv, type InboundMessage, type OutboundTarget, PlatformError } from "../../src/channels/types.js";
 import { ConfigSchema, type TelegramConfig } from "../../src/config/schema.js";
@@ -419,6 +420,22 @@ describe("telegram adapter: sending", () => {
     const err2 = (await h.adapter.send({ channel: "telegram", accountId: "default", to: "424242" }, "x").catch((e: unknown) => e)) as PlatformError;
     expect(err2.code).toBe("transport");
     expect(err2.message).not.toContain(api.token);
+  });
+
+  it("S6 onWire (the outbox's journal line) runs once per send, before the request is written to its socket, also for a send Telegram refuses", async () => {
+    const h = await withDm();
+    const order: string[] = [];
+    // The socket write the request's flush makes (headers and body, corked together).
+    const original = net.Socket.prototype.write;
+    const spy = vi.spyOn(net.Socket.prototype, "write").mockImplementation(function (this: net.Socket, ...args: Parameters<net.Socket["write"]>) {
+      if (String(args[0]).includes("/sendMessage")) order.push("request written");
+      return Reflect.apply(original, this, args) as boolean;
+    });
+    cleanups.push(async () => spy.mockRestore());
+    await h.adapter.send(target(h.inbound[0]), "one", { onWire: () => order.push("wire") });
+    h.api.blockChat(alice.id);
+    await h.adapter.send(target(h.inbound[0]), "two", { onWire: () => order.push("wire") }).catch(() => undefined);
+    expect(order).toEqual(["wire", "request written", "wire", "request written"]);
   });
 
   it("S5 typing sends a typing chat action into the topic, and never throws", async () => {

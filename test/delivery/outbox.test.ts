@@ -1,10 +1,11 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { PlatformError, type OutboundTarget } from "../../src/channels/types.js";
+import { PlatformError, type OutboundTarget, type SendOptions } from "../../src/channels/types.js";
 import { Outbox, type OutboxRecord } from "../../src/delivery/outbox.js";
+import { openSendJournal, parseJournal } from "../../src/delivery/send-journal.js";
 import type { SendPolicyConfig } from "../../src/policy/send-policy.js";
 import type { SessionEntry } from "../../src/sessions/entry.js";
 import { SessionStore } from "../../src/sessions/session-store.js";
@@ -20,9 +21,15 @@ afterEach(async () => {
 const target: OutboundTarget = { channel: "telegram", accountId: "default", to: "-100" };
 const KEY = "agent:main:telegram:group:-100";
 
+/** A state directory removed after the test. */
+function freshStateDir(): string {
+  const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-outbox-"));
+  cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
+  return stateDir;
+}
+
 async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapter?: RecordingAdapter } = {}) {
-  const stateDir = opts.stateDir ?? mkdtempSync(path.join(os.tmpdir(), "sb-outbox-"));
-  if (!opts.stateDir) cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
+  const stateDir = opts.stateDir ?? freshStateDir();
   const kv: KvStore = await openKvStore(`sqlite://${path.join(stateDir, "s.sqlite")}`, stateDir);
   cleanups.push(() => kv.close());
   const sessions = new SessionStore(kv.space<SessionEntry>("sessions"), stateDir);
@@ -30,6 +37,9 @@ async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapt
   const transcripts = new TranscriptStore();
   cleanups.push(() => transcripts.close());
   const adapter = opts.adapter ?? new RecordingAdapter("telegram", "default", 50);
+  // As the daemon has it beside a SQLite store.
+  const journal = openSendJournal(journalFile(stateDir));
+  cleanups.push(() => journal.close());
   const outbox = new Outbox({
     space: kv.space<OutboxRecord>("outbox"),
     sessions,
@@ -38,16 +48,24 @@ async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapt
     adapter: (channel) => (channel === "telegram" ? adapter : undefined),
     log: pino({ level: "silent" }),
     sleep: async () => {},
+    journal,
   });
   await outbox.start();
   cleanups.push(() => outbox.stop());
   return { outbox, adapter, sessions, transcripts, kv, stateDir };
 }
 
-/** A record left in the store by a previous process, then a fresh outbox that resumes it. */
-async function resumeAfterRestart(record: OutboxRecord, adapter = new RecordingAdapter("telegram", "default", 50)) {
+const journalFile = (stateDir: string) => path.join(stateDir, "outbox-journal.jsonl");
+
+/**
+ * A record left in the store by a previous process, then a fresh outbox that resumes it. An
+ * interrupted record's chunk got as far as the journal line (its platform call may have started)
+ * unless `journaled` is false.
+ */
+async function resumeAfterRestart(record: OutboxRecord, adapter = new RecordingAdapter("telegram", "default", 50), journaled = true) {
   const first = await setup();
   await first.kv.space<OutboxRecord>("outbox").set(record.id, record);
+  if (journaled && record.attempted !== undefined) writeFileSync(journalFile(first.stateDir), `${JSON.stringify([record.id, record.attempted])}\n`);
   const second = await setup({ stateDir: first.stateDir, adapter });
   await vi.waitFor(() => expect(second.outbox.get(record.id)?.state).toBe("sent"));
   return { adapter, outbox: second.outbox };
@@ -138,6 +156,88 @@ describe("outbox — the one outbound gate", () => {
     const { adapter, outbox } = await resumeAfterRestart(interrupted("crashy", ["part one", "part two", "part three"], 1));
     expect(adapter.sent.map((m) => m.text)).toEqual(["part three"]);
     expect(outbox.get("crashy")?.unknownChunks).toEqual([1]);
+  });
+
+  it("a chunk marked attempted whose journal line was never written never reached the platform: it is sent after the restart", async () => {
+    const { adapter, outbox } = await resumeAfterRestart(interrupted("early", ["part one", "part two"], 1), undefined, false);
+    expect(adapter.sent.map((m) => m.text)).toEqual(["part two"]);
+    expect(outbox.get("early")?.unknownChunks).toBeUndefined();
+  });
+
+  it("the journal line of a chunk is on disk before its platform call starts; a restart drops it once the outcome is stored", async () => {
+    const stateDir = freshStateDir();
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    const seen: Array<Map<string, Set<number>>> = [];
+    adapter.beforeResolve = () => void seen.push(parseJournal(readFileSync(journalFile(stateDir), "utf8")));
+    const { outbox } = await setup({ adapter, stateDir });
+    const { done } = await outbox.enqueue({ id: "j1", target, text: "hello", kind: "reply" });
+    expect((await done).status).toBe("sent");
+    expect(seen).toHaveLength(1);
+    expect([...(seen[0].get("j1") ?? [])]).toEqual([0]);
+    // A restart keeps no line for a chunk whose outcome the store holds.
+    const again = await setup({ stateDir });
+    expect(again.adapter.sent).toHaveLength(0);
+    expect(parseJournal(readFileSync(journalFile(stateDir), "utf8")).size).toBe(0);
+  });
+
+  it("the adapter is made ready (prepareSend) before the journal line: the line is written only once the send can go out at once", async () => {
+    const stateDir = freshStateDir();
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    const order: string[] = [];
+    const lineWritten = () => parseJournal(readFileSync(journalFile(stateDir), "utf8")).has("p1");
+    Object.assign(adapter, {
+      prepareSend: async () => {
+        order.push(`prepare (line written: ${lineWritten()})`);
+        await new Promise((r) => setTimeout(r, 20));
+      },
+    });
+    adapter.beforeResolve = () => void order.push(`send (line written: ${lineWritten()})`);
+    const { outbox } = await setup({ adapter, stateDir });
+    expect((await (await outbox.enqueue({ id: "p1", target, text: "hi", kind: "reply" })).done).status).toBe("sent");
+    expect(order).toEqual(["prepare (line written: false)", "send (line written: true)"]);
+  });
+
+  it("an adapter that reports the wire itself (reportsWire) gets the journal line written when it says, not before send()", async () => {
+    const stateDir = freshStateDir();
+    const lineWritten = () => parseJournal(readFileSync(journalFile(stateDir), "utf8")).has("w1");
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    const order: string[] = [];
+    const send = adapter.send.bind(adapter);
+    Object.assign(adapter, {
+      reportsWire: true,
+      send: async (t: OutboundTarget, text: string, opts?: SendOptions) => {
+        order.push(`send entered (line written: ${lineWritten()})`);
+        opts?.onWire?.();
+        order.push(`on the wire (line written: ${lineWritten()})`);
+        return send(t, text, opts);
+      },
+    });
+    const { outbox } = await setup({ adapter, stateDir });
+    expect((await (await outbox.enqueue({ id: "w1", target, text: "hi", kind: "reply" })).done).status).toBe("sent");
+    expect(order).toEqual(["send entered (line written: false)", "on the wire (line written: true)"]);
+  });
+
+  it("a send killed before its request left (reportsWire, onWire not yet called) is sent after the restart — not unknown_after_send", async () => {
+    const stateDir = freshStateDir();
+    const adapter = Object.assign(new RecordingAdapter("telegram", "default", 50), { reportsWire: true });
+    // The first process dies inside send(), before its request reached the wire.
+    let die!: () => void;
+    const died = new Promise<void>((r) => (die = r));
+    let release!: () => void;
+    adapter.beforeResolve = () => {
+      die();
+      return new Promise<void>((r) => (release = r));
+    };
+    const first = await setup({ adapter, stateDir });
+    // Runs before the first outbox's stop(), which would wait for the hung send.
+    cleanups.push(() => release());
+    void first.outbox.enqueue({ id: "never-left", target, text: "hello", kind: "reply" });
+    await died;
+    expect(parseJournal(readFileSync(journalFile(stateDir), "utf8")).has("never-left")).toBe(false);
+    const second = await setup({ stateDir });
+    await vi.waitFor(() => expect(second.outbox.get("never-left")?.state).toBe("sent"));
+    expect(second.adapter.textsTo("-100")).toEqual(["hello"]);
+    expect(second.outbox.get("never-left")?.unknownChunks).toBeUndefined();
   });
 
   it("on a platform that dedupes by idempotency key (Discord nonces) the interrupted chunk is repeated under the same key", async () => {

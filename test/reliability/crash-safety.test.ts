@@ -15,9 +15,12 @@
  * update_id), which the daemon's dedupe must ignore — no second reply, no second transcript line.
  *
  * The one window the design cannot close on Telegram (no idempotency key on sendMessage) is a
- * kill between persisting a chunk as `attempted` and the platform receiving it: the outbox then
- * records `unknown_after_send` and does not send again (a duplicate is the worse failure). The
- * fake tells that case apart exactly — it never received the request — and the test counts it
+ * kill between the send's journal line and its request reaching the kernel — tens of µs, since the
+ * line is written on the tick queue just ahead of the request's flush (send-journal.ts,
+ * adapters/telegram/index.ts): the outbox then records `unknown_after_send` and does not send again
+ * (a duplicate is the worse failure). A kill after the store's `attempted` mark but before the
+ * journal line is not that window: the chunk is sent after the restart, and must be answered. The
+ * fake tells the window apart exactly — it never received the request — and the test counts it
  * separately and prints it, instead of letting it pass as "answered" or fail as a lost message.
  * (A kill while the fake holds a received send is not that window: like Telegram, the fake
  * delivers what it received, and the restarted daemon must not send it again.)
@@ -242,8 +245,8 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
     const unanswered = sent.filter((s) => !counts.has(s.text));
     const state = await checkState(stateDir, { spaces: ["outbox", "inbound"] });
     const outbox = new Map(state.spaces.get("outbox")?.map(([k, v]) => [k, v as OutboxRow]));
-    // Unanswered because the kill hit between "attempted" and the platform receiving the send:
-    // the daemon recorded that it cannot know (unknown_after_send) and the fake never got it.
+    // Unanswered because the kill hit between the journal line and the platform receiving the
+    // send: the daemon recorded that it cannot know (unknown_after_send) and the fake never got it.
     const got = received();
     const inFlightAtKill = unanswered.filter((s) => {
       const rec = outbox.get(`reply:${s.inboundId}`);
@@ -258,7 +261,7 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
         `left unfinished per kill (outbox queued+sending/inbound): ${leftOver}; ` +
         `${redelivered.length} answered messages redelivered; ` +
         `${counts.size} answered once, ${duplicated.length} duplicated, ${lost.length} lost, ` +
-        `${inFlightAtKill.length} unknown_after_send (killed between "attempted" and the platform receiving it: ${inFlightAtKill.map((s) => s.text).join(", ") || "none"})`,
+        `${inFlightAtKill.length} unknown_after_send (killed between the journal line and the platform receiving it: ${inFlightAtKill.map((s) => s.text).join(", ") || "none"})`,
     );
     expect(sent.length).toBeGreaterThan(400);
     expect(duplicated).toEqual([]);
