@@ -13,7 +13,7 @@ import { benchGateway } from "./gateway.js";
 import { benchCorePipeline, benchTelegramInbound, WORKLOAD, type InboundFigures, type InboundOptions } from "./inbound.js";
 import { benchEviction } from "./bounded-map.js";
 import { benchSessionsSend } from "./sessions-send.js";
-import { hostCheckMs } from "./lib/host-check.js";
+import { hostCheckMs, hostIoCheckMs } from "./lib/host-check.js";
 import { spread, type Spread } from "./lib/stats.js";
 
 interface Row {
@@ -55,9 +55,13 @@ function inboundRows(label: string, f: InboundFigures, o: InboundOptions, note: 
 const only = process.env.BENCH_ONLY;
 const started = performance.now();
 const hostChecks: number[] = [];
-/** Three host checks between the groups, while nothing else of the bench runs. */
+const hostIoChecks: number[] = [];
+/** Three host checks (CPU, then I/O) between the groups, while nothing else of the bench runs. */
 const checkHost = async () => {
-  for (let i = 0; i < 3; i++) hostChecks.push(await hostCheckMs());
+  for (let i = 0; i < 3; i++) {
+    hostChecks.push(await hostCheckMs());
+    hostIoChecks.push(await hostIoCheckMs());
+  }
 };
 await hostCheckMs(); // warms the JIT: not counted
 await checkHost();
@@ -105,6 +109,7 @@ if (!only || only === "caches") {
 
 await checkHost();
 add("host speed check: a fixed CPU workload (lower is faster)", "ms", spread(hostChecks), undefined, "2,000 JSON round trips of a 60-message body on both cores at once, run between the groups; ~60 ms on a calm host here — a high median or a wide spread means the VM was busy and every figure above is slower for it");
+add("host I/O check: 2,000 loopback TCP round trips between two threads (lower is faster)", "ms", spread(hostIoChecks), undefined, "200-byte echoes to a worker thread, run between the groups: the daemon's path is mostly such hops, and a VM's syscall and wake-up costs move apart from its CPU speed (110 – 160 ms seen on the host where every figure above was about half as fast as on the host of the README's earlier run)");
 
 const seconds = (performance.now() - started) / 1000;
 printTable(rows);

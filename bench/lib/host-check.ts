@@ -5,6 +5,7 @@
  * groups, this tells a slow invocation (the host was busy) from a slow daemon. Both cores, because
  * a VM that gets less than its two cores' worth still runs one thread at full speed.
  */
+import net from "node:net";
 import { Worker } from "node:worker_threads";
 
 /** 2,000 JSON round trips of a 60-message request body; returns its milliseconds. */
@@ -40,6 +41,54 @@ export async function hostCheckMs(): Promise<number> {
     worker.postMessage("go");
     const here = work();
     return Math.max(here, Number(await other));
+  } finally {
+    await worker.terminate();
+  }
+}
+
+/**
+ * How fast this host passes messages between threads over loopback TCP right now: 2,000
+ * sequential 200-byte round trips to an echo server on a worker thread; returns the
+ * milliseconds. The daemon's path is mostly such hops (long poll, model call, sendMessage, SQLite
+ * thread), and a VM's syscall and cross-CPU wake-up costs move independently of its raw CPU speed:
+ * on one day this read twice the figure of another while the CPU check barely moved.
+ */
+export async function hostIoCheckMs(): Promise<number> {
+  const worker = new Worker(
+    `const net = require("node:net");
+     const { parentPort } = require("node:worker_threads");
+     const server = net.createServer((s) => { s.setNoDelay(true); s.on("data", (d) => s.write(d)); });
+     server.listen(0, "127.0.0.1", () => parentPort.postMessage(server.address().port));`,
+    { eval: true },
+  );
+  try {
+    const port = await new Promise<number>((resolve, reject) => {
+      worker.once("message", resolve);
+      worker.once("error", reject);
+    });
+    const socket = net.connect(port, "127.0.0.1");
+    socket.setNoDelay(true);
+    await new Promise<void>((resolve, reject) => socket.once("connect", resolve).once("error", reject));
+    const payload = Buffer.alloc(200, 120);
+    const roundTrip = () =>
+      new Promise<void>((resolve) => {
+        let got = 0;
+        const onData = (d: Buffer) => {
+          got += d.length;
+          if (got >= payload.length) {
+            socket.off("data", onData);
+            resolve();
+          }
+        };
+        socket.on("data", onData);
+        socket.write(payload);
+      });
+    for (let i = 0; i < 200; i++) await roundTrip(); // warms both threads: not counted
+    const started = performance.now();
+    for (let i = 0; i < 2000; i++) await roundTrip();
+    const ms = performance.now() - started;
+    socket.destroy();
+    return ms;
   } finally {
     await worker.terminate();
   }
