@@ -337,10 +337,11 @@ export class Outbox {
           return;
         }
         const chunk = record.next;
-        const onWire = () => this.journalStarting(record.id, chunk, log);
-        // Else the adapter writes it at the last moment (ChannelAdapter.reportsWire).
-        if (!adapter.reportsWire) onWire();
-        const receipt = await adapter.send(record.target, chunks[chunk], { idempotencyKey: `${record.id}#${chunk}`, ...(adapter.reportsWire ? { onWire } : {}) });
+        // A platform that dedupes by idempotency key needs no line: its sends are repeated anyway.
+        const onWire = adapter.idempotentSends ? undefined : () => this.journalStarting(record.id, chunk, log);
+        // Else the adapter writes the line at the last moment (ChannelAdapter.reportsWire).
+        if (onWire && !adapter.reportsWire) onWire();
+        const receipt = await adapter.send(record.target, chunks[chunk], { idempotencyKey: `${record.id}#${chunk}`, ...(onWire && adapter.reportsWire ? { onWire } : {}) });
         this.limiter.settle(limits, stamp);
         record.messageIds.push(receipt.messageId);
         record.next++;
