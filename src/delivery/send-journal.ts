@@ -52,11 +52,16 @@ export const conservativeJournal: SendJournal = {
   close() {},
 };
 
-/** A journal kept in `file` (created if missing); reads the previous process's lines at once. */
+/**
+ * A journal kept in `file` (created if missing); reads the previous process's lines at once.
+ * Without a file (a state directory from before the journal, or one restored without it) every
+ * interrupted send may have started, as without a journal.
+ */
 export function openSendJournal(file: string): SendJournal {
   mkdirSync(path.dirname(file), { recursive: true });
+  const found = existsSync(file);
   /** The previous process's lines: id → chunks. */
-  const earlier = existsSync(file) ? parseJournal(readFileSync(file, "utf8")) : new Map<string, Set<number>>();
+  const earlier = found ? parseJournal(readFileSync(file, "utf8")) : new Map<string, Set<number>>();
   /** This process's lines whose outcome is not yet in the store: id → chunks. */
   const open = new Map<string, Set<number>>();
   let fd: number | undefined;
@@ -75,7 +80,7 @@ export function openSendJournal(file: string): SendJournal {
   };
 
   return {
-    mayHaveStarted: (id, chunk) => earlier.get(id)?.has(chunk) ?? false,
+    mayHaveStarted: (id, chunk) => !found || (earlier.get(id)?.has(chunk) ?? false),
     starting(id, chunk) {
       if (fd === undefined) rewrite();
       const text = line(id, chunk);

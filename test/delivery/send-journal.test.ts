@@ -96,6 +96,17 @@ describe("send journal — which interrupted sends may have reached the platform
     expect(existsSync(`${file}.tmp`)).toBe(false);
   });
 
+  it("no file at all (a state directory from before the journal, or restored without it): every interrupted send may have started", () => {
+    const j = open(journalFile());
+    expect(j.mayHaveStarted("anything", 0)).toBe(true);
+  });
+
+  it("a file with no line for a chunk: that chunk never started", () => {
+    const file = journalFile();
+    open(file).starting("other", 0);
+    expect(open(file).mayHaveStarted("anything", 0)).toBe(false);
+  });
+
   it("a leftover temp file from a kill mid-rewrite does not matter: the journal is the renamed file", () => {
     const file = journalFile();
     open(file).starting("kept", 0);
