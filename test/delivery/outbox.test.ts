@@ -5,7 +5,7 @@ import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { PlatformError, type OutboundTarget, type SendOptions } from "../../src/channels/types.js";
 import { Outbox, type OutboxRecord } from "../../src/delivery/outbox.js";
-import { openSendJournal, parseJournal } from "../../src/delivery/send-journal.js";
+import { openSendJournal, parseJournal, type SendJournal } from "../../src/delivery/send-journal.js";
 import type { SendPolicyConfig } from "../../src/policy/send-policy.js";
 import type { SessionEntry } from "../../src/sessions/entry.js";
 import { SessionStore } from "../../src/sessions/session-store.js";
@@ -28,7 +28,7 @@ function freshStateDir(): string {
   return stateDir;
 }
 
-async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapter?: RecordingAdapter } = {}) {
+async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapter?: RecordingAdapter; watchJournal?: (j: SendJournal) => SendJournal } = {}) {
   const stateDir = opts.stateDir ?? freshStateDir();
   const kv: KvStore = await openKvStore(`sqlite://${path.join(stateDir, "s.sqlite")}`, stateDir);
   cleanups.push(() => kv.close());
@@ -38,8 +38,9 @@ async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapt
   cleanups.push(() => transcripts.close());
   const adapter = opts.adapter ?? new RecordingAdapter("telegram", "default", 50);
   // As the daemon has it beside a SQLite store.
-  const journal = openSendJournal(journalFile(stateDir));
-  cleanups.push(() => journal.close());
+  const file = openSendJournal(journalFile(stateDir));
+  cleanups.push(() => file.close());
+  const journal = opts.watchJournal ? opts.watchJournal(file) : file;
   const outbox = new Outbox({
     space: kv.space<OutboxRecord>("outbox"),
     sessions,
@@ -178,6 +179,32 @@ describe("outbox — the one outbound gate", () => {
     const again = await setup({ stateDir });
     expect(again.adapter.sent).toHaveLength(0);
     expect(parseJournal(readFileSync(journalFile(stateDir), "utf8")).size).toBe(0);
+  });
+
+  it("every chunk journaled as started is settled once its outcome is stored — sent, retried or failed — so the journal's rewrites stay small", async () => {
+    const open = new Set<string>();
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.failures.push(new PlatformError("telegram", "transport", "connection reset"));
+    const { outbox } = await setup({
+      adapter,
+      watchJournal: (j) => ({
+        ...j,
+        starting: (id, chunk) => (open.add(`${id}#${chunk}`), j.starting(id, chunk)),
+        settled: (id) => {
+          for (const k of [...open]) if (k.startsWith(`${id}#`)) open.delete(k);
+          j.settled(id);
+        },
+      }),
+    });
+    // "retried": a transport failure, then the same message sent; "blocked": a permanent failure.
+    const retried = await outbox.enqueue({ id: "retried", target, text: "x", kind: "reply" });
+    expect((await retried.done).status).toBe("sent");
+    adapter.failures.push(new PlatformError("telegram", "forbidden", "403 blocked"));
+    const blocked = await outbox.enqueue({ id: "blocked", target: { ...target, to: "-200" }, text: "y", kind: "reply" });
+    expect((await blocked.done).status).toBe("failed");
+    const long = await outbox.enqueue({ id: "long", target, text: "a".repeat(120), kind: "reply" });
+    expect((await long.done).status).toBe("sent");
+    expect(open).toEqual(new Set());
   });
 
   it("the adapter is made ready (prepareSend) before the journal line: the line is written only once the send can go out at once", async () => {
