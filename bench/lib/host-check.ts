@@ -31,13 +31,8 @@ export async function hostCheckMs(): Promise<number> {
     { eval: true },
   );
   try {
-    const message = (): Promise<unknown> =>
-      new Promise((resolve, reject) => {
-        worker.once("message", resolve);
-        worker.once("error", reject);
-      });
-    await message();
-    const other = message();
+    await nextMessage(worker);
+    const other = nextMessage(worker);
     worker.postMessage("go");
     const here = work();
     return Math.max(here, Number(await other));
@@ -51,7 +46,8 @@ export async function hostCheckMs(): Promise<number> {
  * sequential 200-byte round trips to an echo server on a worker thread; returns the
  * milliseconds. The daemon's path is mostly such hops (long poll, model call, sendMessage, SQLite
  * thread), and a VM's syscall and cross-CPU wake-up costs move independently of its raw CPU speed:
- * on one day this read twice the figure of another while the CPU check barely moved.
+ * on the day it was added the CPU check read as on a calm host while the daemon's figures were a
+ * third slower than on an earlier host.
  */
 export async function hostIoCheckMs(): Promise<number> {
   const worker = new Worker(
@@ -62,10 +58,7 @@ export async function hostIoCheckMs(): Promise<number> {
     { eval: true },
   );
   try {
-    const port = await new Promise<number>((resolve, reject) => {
-      worker.once("message", resolve);
-      worker.once("error", reject);
-    });
+    const port = Number(await nextMessage(worker));
     const socket = net.connect(port, "127.0.0.1");
     socket.setNoDelay(true);
     await new Promise<void>((resolve, reject) => socket.once("connect", resolve).once("error", reject));
@@ -92,4 +85,12 @@ export async function hostIoCheckMs(): Promise<number> {
   } finally {
     await worker.terminate();
   }
+}
+
+/** The worker's next message, or its error. */
+function nextMessage(worker: Worker): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    worker.once("message", resolve);
+    worker.once("error", reject);
+  });
 }
