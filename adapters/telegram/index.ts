@@ -1,17 +1,19 @@
 /**
- * Telegram channel adapter: telegraf as the Bot API transport, our own long-poll loop for
- * control over the offset (see poller.ts), and pure mapping in map-update.ts.
+ * Telegram channel adapter: telegraf as the Bot API transport (sendMessage and getUpdates, the
+ * per-message calls, by a leaner path: bot-api.ts), our own long-poll loop for control over the
+ * offset (see poller.ts), and pure mapping in map-update.ts.
  *
  * telegraf's `launch()`/`handleUpdate()` are deliberately not used: handleUpdate wraps handlers
  * in a 90 s timeout that would "finish" an update while onInbound still runs, and its default
  * error handler sets process.exitCode; launch() hides the offset we must persist.
  */
-import type http from "node:http";
+import http from "node:http";
 import https from "node:https";
-import { Telegraf, Telegram } from "telegraf";
+import { Telegraf, type Telegram } from "telegraf";
 import { type AdapterContext, type ChannelAdapter, type ChannelHealth, type OutboundTarget, PlatformError, type SendOptions, type SendReceipt } from "../../src/channels/types.js";
 import type { TelegramConfig } from "../../src/config/schema.js";
 import { type BackoffOptions, DEFAULT_BACKOFF } from "./backoff.js";
+import { createBotApi } from "./bot-api.js";
 import { DEFAULT_COMMANDS, type MenuCommand, syncCommands } from "./commands.js";
 import { apiFailureOf, describeError, toPlatformError } from "./errors.js";
 import { type BotIdentity, mapUpdate } from "./map-update.js";
@@ -46,10 +48,12 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
   const log = ctx.log;
   const apiRoot = config.apiRoot.endsWith("/") ? config.apiRoot : `${config.apiRoot}/`;
   // Our own agent (telegraf's default is a process-wide singleton) so stop() can close its
-  // sockets. telegraf ignores `agent` for http:// roots and uses Node's global agent.
-  const agent = apiRoot.startsWith("https:") ? new https.Agent({ keepAlive: true, keepAliveMsecs: 10_000 }) : undefined;
-  const bot = new Telegraf(token, { telegram: { apiRoot, agent } });
+  // sockets: the long poll's, and telegraf's for https:// roots (it ignores `agent` for http://
+  // ones and uses Node's global agent).
+  const agent = apiRoot.startsWith("https:") ? new https.Agent({ keepAlive: true, keepAliveMsecs: 10_000 }) : new http.Agent({ keepAlive: true, keepAliveMsecs: 10_000 });
+  const bot = new Telegraf(token, { telegram: { apiRoot, agent: agent instanceof https.Agent ? agent : undefined } });
   const call = untypedCall(bot.telegram);
+  const botApi = createBotApi(apiRoot, token);
   // Sends use an agent of their own that keeps a connection ready for each (warm-agent.ts).
   const sendAgent = createWarmAgent(apiRoot);
   const backoff: BackoffOptions = { ...DEFAULT_BACKOFF, ...options.backoff };
@@ -99,30 +103,11 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
     await ctx.onInbound(mapped.msg);
   }
 
-  /**
-   * A telegraf client for one send. node-fetch asks the client's agent option for the agent
-   * synchronously just before it creates the request; given a function there, the journal line
-   * (onWire) is queued on the tick queue ahead of the request's own flush to the socket, so it is
-   * written microseconds before the bytes leave — not when the send was begun, a whole run of
-   * other promise continuations earlier (~0.35 ms median, ms at worst, measured in the crash
-   * test). Set after construction: telegraf drops the agent option for http:// roots, which only
-   * the test fakes use.
-   */
-  function senderFor(onWire: (() => void) | undefined): Telegram {
-    const client = new Telegram(token, { apiRoot });
-    const agentFor = () => {
-      if (onWire) process.nextTick(onWire);
-      return sendAgent;
-    };
-    client.options.agent = agentFor as unknown as http.Agent;
-    return client;
-  }
-
   function onError(err: unknown, phase: PollPhase, retryInMs: number): void {
     if (phase === "poll" || phase === "prepare") {
       health.connected = false;
       // A kept-alive socket can be the stuck part (ecosystem B.3): retry on a fresh connection.
-      if (agent) dropIdleSockets(agent);
+      dropIdleSockets(agent);
     }
     const text = recordError(err, phase === "handle" ? "onInbound" : phase);
     const code = apiFailureOf(err)?.error_code;
@@ -142,7 +127,7 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
       if (!token) throw new PlatformError("telegram", "auth", "channels.telegram.botToken is empty");
       const p = new Poller({
         prepare: () => (booted ? Promise.resolve() : boot()),
-        getUpdates: (params, signal) => call<TgUpdate[]>("getUpdates", params, { signal }),
+        getUpdates: (params, signal) => botApi<TgUpdate[]>("getUpdates", params, { agent, signal }),
         handle,
         kv: ctx.kv,
         offsetKey: keys.offset,
@@ -178,7 +163,7 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
       booted = false;
       health.connected = false;
       if (p) await p.stop(options.stopGraceMs ?? 1000);
-      agent?.destroy();
+      agent.destroy();
       sendAgent.destroy();
     },
 
@@ -188,7 +173,10 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
     async send(target: OutboundTarget, text: string, opts?: SendOptions): Promise<SendReceipt> {
       const params = sendMessageParams(target, text);
       try {
-        const result = await untypedCall(senderFor(opts?.onWire))<{ message_id: number }>("sendMessage", params);
+        // The journal line (onWire) is written microseconds before the bytes leave, not when the
+        // send was begun, a whole run of other promise continuations earlier (~0.35 ms median,
+        // ms at worst, measured in the crash test).
+        const result = await botApi<{ message_id: number }>("sendMessage", params, { agent: sendAgent, onWire: opts?.onWire });
         return { messageId: String(result.message_id) };
       } catch (err) {
         throw toPlatformError(err, "sendMessage", token);
@@ -218,6 +206,6 @@ function untypedCall(client: Telegram) {
   return client.callApi.bind(client) as unknown as <T>(method: string, payload: object, opts?: { signal?: AbortSignal }) => Promise<T>;
 }
 
-function dropIdleSockets(agent: https.Agent): void {
+function dropIdleSockets(agent: http.Agent): void {
   for (const sockets of Object.values(agent.freeSockets)) for (const socket of sockets ?? []) socket.destroy();
 }

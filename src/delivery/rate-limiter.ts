@@ -38,12 +38,12 @@ export class RateLimiter {
     if (t <= recordedAt) return;
     for (const limit of limits) {
       const stamps = this.windows.get(bucketKey(limit));
-      const i = stamps ? stamps.lastIndexOf(recordedAt) : -1;
+      let i = stamps ? stamps.lastIndexOf(recordedAt) : -1;
       if (!stamps || i < 0) continue;
-      stamps.splice(i, 1);
-      let at = stamps.length;
-      while (at > 0 && stamps[at - 1] > t) at--;
-      stamps.splice(at, 0, t);
+      // Moved up to its place among the later stamps, in place: with a generous limit a window
+      // holds thousands of stamps, and two splices per send allocated and copied them (bench/).
+      for (; i + 1 < stamps.length && stamps[i + 1] <= t; i++) stamps[i] = stamps[i + 1];
+      stamps[i] = t;
     }
   }
 

@@ -2,16 +2,16 @@
  * `api: "openai-chat"`: any OpenAI-compatible Chat Completions server (OpenAI, Ollama, vLLM,
  * llama.cpp, LM Studio…): `POST {baseUrl}/chat/completions` (interfaces §4).
  *
- * A small client on node:http(s) with keep-alive, not the `openai` SDK: measured on the inbound
- * benchmark (bench/), the SDK and the fetch stack under it cost ~650 µs of CPU per call against
- * an instant local server, against ~100 µs here — the SDK alone would have capped the daemon
- * below 1,500 messages/s on one core. Behaviour kept from the SDK: a timeout per attempt, two
+ * A small client on node:http(s) with keep-alive (util/http-post.ts), not the `openai` SDK: the
+ * SDK and the fetch stack under it would have capped the daemon below 1,500 messages/s on one
+ * core (bench/). Behaviour kept from the SDK: a timeout per attempt, two
  * retries with backoff on connection errors, 408/409/429/5xx (honouring `retry-after-ms`,
  * `retry-after` and `x-should-retry`), abort through the run's signal, and error messages of the
  * form `<status> <server message>`.
  */
 import http from "node:http";
 import https from "node:https";
+import { postBody } from "../../util/http-post.js";
 import { chatRequestBody } from "./request-body.js";
 import { ModelError, type CompletionRequest, type CompletionResult, type ModelProvider } from "./provider.js";
 
@@ -56,42 +56,16 @@ export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider
   // the message ends up in logs and, as the run's error notice, in the chat.
   const scrub = (text: string) => (opts.apiKey && opts.apiKey.length >= 6 ? text.split(opts.apiKey).join("[redacted]") : text);
 
-  function attempt(body: Buffer, signal: AbortSignal | undefined): Promise<ChatCompletion> {
-    return new Promise((resolveAttempt, rejectAttempt) => {
-      // The run's signal is watched here rather than handed to http.request, whose own handling
-      // (an end-of-stream watcher on every request) cost ~15 µs of CPU per call (bench/).
-      const onAbort = () => req.destroy(signal?.reason instanceof Error ? signal.reason : new Error("Request was aborted."));
-      const settle = () => signal?.removeEventListener("abort", onAbort);
-      const resolve = (v: ChatCompletion) => (settle(), resolveAttempt(v));
-      const reject = (err: unknown) => (settle(), rejectAttempt(err));
-      const headers: http.OutgoingHttpHeaders = { "content-type": "application/json", accept: "application/json", "content-length": body.length };
-      if (opts.apiKey) headers.authorization = `Bearer ${opts.apiKey}`;
-      const req = (secure ? https : http).request(endpoint, { method: "POST", agent, headers, timeout: opts.timeoutMs }, (res) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on("data", (c: Buffer) => {
-          size += c.length;
-          if (size > MAX_RESPONSE_BYTES) req.destroy(new Error(`response larger than ${MAX_RESPONSE_BYTES} bytes`));
-          else chunks.push(c);
-        });
-        res.on("error", reject);
-        res.on("end", () => {
-          const text = Buffer.concat(chunks).toString("utf8");
-          const status = res.statusCode ?? 0;
-          if (status < 200 || status > 299) return reject(new StatusError(status, `${status} ${scrub(errorMessageOf(text) ?? "status code (no body)")}`, res.headers));
-          try {
-            resolve(JSON.parse(text) as ChatCompletion);
-          } catch {
-            reject(new ModelError(`model returned invalid JSON: ${text.slice(0, 200)}`));
-          }
-        });
-      });
-      req.on("timeout", () => req.destroy(new Error("Request timed out.")));
-      req.on("error", reject);
-      if (signal?.aborted) return onAbort();
-      signal?.addEventListener("abort", onAbort, { once: true });
-      req.end(body);
-    });
+  async function attempt(body: Buffer, signal: AbortSignal | undefined): Promise<ChatCompletion> {
+    const headers: http.OutgoingHttpHeaders = { "content-type": "application/json", accept: "application/json" };
+    if (opts.apiKey) headers.authorization = `Bearer ${opts.apiKey}`;
+    const res = await postBody(endpoint, body, { agent, headers, signal, timeoutMs: opts.timeoutMs, maxResponseBytes: MAX_RESPONSE_BYTES });
+    if (res.status < 200 || res.status > 299) throw new StatusError(res.status, `${res.status} ${scrub(errorMessageOf(res.text) ?? "status code (no body)")}`, res.headers);
+    try {
+      return JSON.parse(res.text) as ChatCompletion;
+    } catch {
+      throw new ModelError(`model returned invalid JSON: ${res.text.slice(0, 200)}`);
+    }
   }
 
   return {

@@ -1,0 +1,52 @@
+/**
+ * The two Bot API calls on the per-message path — sendMessage (one per reply) and getUpdates (the
+ * long poll) — made with a plain POST (src/util/http-post.ts) instead of telegraf's callApi, whose
+ * node-fetch stack (Request, Headers, body streams) cost about twice the CPU of the request itself
+ * and ~40 KB of garbage per send (bench/). telegraf stays the transport of every other call, and
+ * failures are telegraf's own TelegramError with the same fields, so errors.ts treats both alike.
+ */
+import http from "node:http";
+import { TelegramError } from "telegraf";
+import { postBody } from "../../src/util/http-post.js";
+
+/** telegraf's request timeout, kept: the poller's own watchdog ends a silent long poll sooner. */
+const REQUEST_TIMEOUT_MS = 500_000;
+/** A getUpdates batch is at most 100 updates; anything near this is not the Bot API. */
+const MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
+const HEADERS: http.OutgoingHttpHeaders = { "content-type": "application/json", connection: "keep-alive" };
+
+export interface BotApiCallOptions {
+  agent: http.Agent;
+  signal?: AbortSignal;
+  /** See PostOptions.onWire: runs just before the request's bytes go to the socket. */
+  onWire?: () => void;
+}
+
+export type BotApiCall = <T>(method: string, payload: object, opts: BotApiCallOptions) => Promise<T>;
+
+/** `apiRoot` ends with "/". The token is part of every URL, never of an error message. */
+export function createBotApi(apiRoot: string, token: string): BotApiCall {
+  const urls = new Map<string, URL>();
+  const urlFor = (method: string) => {
+    let url = urls.get(method);
+    if (!url) urls.set(method, (url = new URL(`./bot${token}/${method}`, apiRoot)));
+    return url;
+  };
+  return async <T>(method: string, payload: object, opts: BotApiCallOptions): Promise<T> => {
+    const body = Buffer.from(JSON.stringify(payload), "utf8");
+    const res = await postBody(urlFor(method), body, { ...opts, headers: HEADERS, timeoutMs: REQUEST_TIMEOUT_MS, maxResponseBytes: MAX_RESPONSE_BYTES });
+    // As telegraf: a 5xx is an error by its status, whatever the body (often a proxy's HTML page).
+    if (res.status >= 500) throw new TelegramError({ error_code: res.status, description: http.STATUS_CODES[res.status] ?? "server error" }, { method });
+    let data: { ok?: unknown; result?: unknown; error_code?: unknown; description?: unknown; parameters?: unknown };
+    try {
+      data = JSON.parse(res.text) as typeof data;
+    } catch {
+      throw new Error(`${method}: HTTP ${res.status} answered with a body that is not JSON: ${JSON.stringify(res.text.slice(0, 100))}`);
+    }
+    if (data?.ok === true) return data.result as T;
+    const code = typeof data?.error_code === "number" ? data.error_code : res.status;
+    const description = typeof data?.description === "string" ? data.description : `HTTP ${res.status} without an error description`;
+    const parameters = typeof data?.parameters === "object" && data.parameters !== null ? (data.parameters as TelegramError["response"]["parameters"]) : undefined;
+    throw new TelegramError({ error_code: code, description, ...(parameters ? { parameters } : {}) }, { method });
+  };
+}

@@ -1,0 +1,149 @@
+/**
+ * The Bot API's per-message calls (adapters/telegram/bot-api.ts) bypass telegraf's callApi for
+ * speed, so they must fail the way telegraf does — a TelegramError carrying the API's error
+ * envelope, which errors.ts classifies — and never put the token in an error. The POST under
+ * them (src/util/http-post.ts) bounds the response and the wait. Real HTTP on 127.0.0.1.
+ */
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { TelegramError } from "telegraf";
+import { afterEach, describe, expect, it } from "vitest";
+import { createBotApi } from "../../adapters/telegram/bot-api.js";
+import { classify, toPlatformError } from "../../adapters/telegram/errors.js";
+import { postBody } from "../../src/util/http-post.js";
+
+const TOKEN = "123456:SECRET-token_value";
+type Reply = { status: number; body: string; contentType?: string } | "hang";
+
+const servers: http.Server[] = [];
+const agents: http.Agent[] = [];
+afterEach(async () => {
+  for (const a of agents.splice(0)) a.destroy();
+  for (const s of servers.splice(0)) {
+    s.closeAllConnections();
+    await new Promise((r) => s.close(r));
+  }
+});
+
+/** A server answering each request with `reply(path, body)`; returns its root URL and what it saw. */
+async function server(reply: (path: string, body: string) => Reply): Promise<{ root: string; seen: Array<{ path: string; body: string; headers: http.IncomingHttpHeaders }> }> {
+  const seen: Array<{ path: string; body: string; headers: http.IncomingHttpHeaders }> = [];
+  const s = http.createServer((req, res) => {
+    let body = "";
+    req.on("data", (c: Buffer) => (body += c.toString()));
+    req.on("end", () => {
+      seen.push({ path: req.url ?? "", body, headers: req.headers });
+      const r = reply(req.url ?? "", body);
+      if (r === "hang") return;
+      res.writeHead(r.status, { "content-type": r.contentType ?? "application/json" }).end(r.body);
+    });
+  });
+  servers.push(s);
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+  return { root: `http://127.0.0.1:${(s.address() as AddressInfo).port}/`, seen };
+}
+
+function agent(): http.Agent {
+  const a = new http.Agent({ keepAlive: true });
+  agents.push(a);
+  return a;
+}
+
+async function failure(p: Promise<unknown>): Promise<unknown> {
+  return p.then(
+    (v) => {
+      throw new Error(`expected a failure, got ${JSON.stringify(v)}`);
+    },
+    (err: unknown) => err,
+  );
+}
+
+describe("Bot API calls without telegraf's fetch stack", () => {
+  it("S1 sendMessage posts the payload as JSON to /bot<token>/sendMessage and returns the result", async () => {
+    const { root, seen } = await server(() => ({ status: 200, body: '{"ok":true,"result":{"message_id":7}}' }));
+    const call = createBotApi(root, TOKEN);
+    const result = await call<{ message_id: number }>("sendMessage", { chat_id: "42", text: "héllo 👋" }, { agent: agent() });
+    expect(result).toEqual({ message_id: 7 });
+    expect(seen[0].path).toBe(`/bot${TOKEN}/sendMessage`);
+    expect(JSON.parse(seen[0].body)).toEqual({ chat_id: "42", text: "héllo 👋" });
+    expect(seen[0].headers["content-type"]).toBe("application/json");
+    expect(Number(seen[0].headers["content-length"])).toBe(Buffer.byteLength(seen[0].body));
+  });
+
+  it("S3 an API refusal is telegraf's TelegramError with the envelope: 429 keeps retry_after, 403 is forbidden", async () => {
+    const { root } = await server((path) =>
+      path.endsWith("/a")
+        ? { status: 429, body: '{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 3","parameters":{"retry_after":3}}' }
+        : { status: 403, body: '{"ok":false,"error_code":403,"description":"Forbidden: bot was blocked by the user"}' },
+    );
+    const call = createBotApi(root, TOKEN);
+    const limited = await failure(call("a", {}, { agent: agent() }));
+    expect(limited).toBeInstanceOf(TelegramError);
+    expect(classify(limited)).toEqual({ code: "rate_limited", retryAfterMs: 3000 });
+    const blocked = await failure(call("b", {}, { agent: agent() }));
+    expect((blocked as TelegramError).response).toEqual({ error_code: 403, description: "Forbidden: bot was blocked by the user" });
+    expect(classify(blocked).code).toBe("forbidden");
+  });
+
+  it("R3 a proxy's 5xx page is an error by its status (transport, retryable), whatever the body", async () => {
+    const { root } = await server(() => ({ status: 502, body: "<html>Bad Gateway</html>", contentType: "text/html" }));
+    const err = await failure(createBotApi(root, TOKEN)("sendMessage", {}, { agent: agent() }));
+    expect((err as TelegramError).response).toEqual({ error_code: 502, description: "Bad Gateway" });
+    expect(classify(err).code).toBe("transport");
+  });
+
+  it("R3 a 2xx body that is not JSON fails with the method and an excerpt, not a parser's message", async () => {
+    const { root } = await server(() => ({ status: 200, body: "<html>captive portal</html>", contentType: "text/html" }));
+    const err = await failure(createBotApi(root, TOKEN)("sendMessage", {}, { agent: agent() }));
+    expect(String(err)).toContain('sendMessage: HTTP 200 answered with a body that is not JSON: "<html>captive portal</html>"');
+    expect(classify(err).code).toBe("transport");
+  });
+
+  it("R3 a refusal without an error code or description still says what happened", async () => {
+    const { root } = await server(() => ({ status: 400, body: '{"ok":false}' }));
+    const err = await failure(createBotApi(root, TOKEN)("sendMessage", {}, { agent: agent() }));
+    expect((err as TelegramError).response).toEqual({ error_code: 400, description: "HTTP 400 without an error description" });
+  });
+
+  it("R3 a refused connection is a transport error whose message and stack hold no token", async () => {
+    const { root } = await server(() => ({ status: 200, body: "{}" }));
+    servers[0].close();
+    await new Promise((r) => setTimeout(r, 10));
+    const err = await failure(createBotApi(root, TOKEN)("sendMessage", {}, { agent: agent() }));
+    const perr = toPlatformError(err, "sendMessage", TOKEN);
+    expect(perr.code).toBe("transport");
+    expect(`${perr.message} ${perr.stack} ${String(err)}`).not.toContain("SECRET");
+  });
+
+  it("T2 an aborted call (the poller stopping) rejects with the signal's reason and leaves no request hanging", async () => {
+    const { root, seen } = await server(() => "hang");
+    const stop = new AbortController();
+    const pending = createBotApi(root, TOKEN)("getUpdates", { timeout: 30 }, { agent: agent(), signal: stop.signal });
+    while (seen.length === 0) await new Promise((r) => setTimeout(r, 5));
+    stop.abort(new Error("poller stopped"));
+    await expect(pending).rejects.toThrow("poller stopped");
+  });
+});
+
+describe("postBody bounds", () => {
+  it("R3 a response over the limit fails instead of filling memory", async () => {
+    const { root } = await server(() => ({ status: 200, body: "x".repeat(10_000) }));
+    await expect(postBody(new URL(root), Buffer.from("{}"), { agent: agent(), headers: {}, timeoutMs: 5000, maxResponseBytes: 1000 })).rejects.toThrow("response larger than 1000 bytes");
+  });
+
+  it("R3 a server that never answers times out", async () => {
+    const { root } = await server(() => "hang");
+    await expect(postBody(new URL(root), Buffer.from("{}"), { agent: agent(), headers: {}, timeoutMs: 100, maxResponseBytes: 1000 })).rejects.toThrow("Request timed out.");
+  });
+
+  it("S6 onWire runs once, before the server sees the request, even when the call then fails", async () => {
+    const order: string[] = [];
+    const { root } = await server(() => {
+      order.push("server");
+      return { status: 500, body: "" };
+    });
+    const res = await postBody(new URL(root), Buffer.from("{}"), { agent: agent(), headers: {}, timeoutMs: 5000, maxResponseBytes: 1000, onWire: () => order.push("wire") });
+    expect(res.status).toBe(500);
+    expect(order).toEqual(["wire", "server"]);
+  });
+});
