@@ -1,7 +1,7 @@
 /**
  * Inbound throughput and added latency across 1,000 sessions, two ways:
  *
- * - Telegram end to end: the Telegram Bot API fake (this process) → the real telegraf adapter
+ * - Telegram end to end: the Telegram Bot API fake (this process) → the real Telegram adapter
  *   (long polling) in a daemon child process (`node src/bin.js start`, SQLite state) → router
  *   (session key, entry update, transcript append) → a model call to the fake OpenAI-compatible
  *   server (its own process, answers at once) → outbox → sendMessage back to the fake. Latency is

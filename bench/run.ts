@@ -69,7 +69,7 @@ const inbound: InboundOptions = WORKLOAD;
 
 if (!only || only === "inbound") {
   process.stderr.write("bench: inbound, Telegram end to end…\n");
-  inboundRows("inbound, Telegram end to end", await benchTelegramInbound(inbound), inbound, "Bot API fake → real telegraf adapter (long polling) → daemon child process → model server process → sendMessage; 1,000 sessions", "the daemon process, all threads (SQLite's included)");
+  inboundRows("inbound, Telegram end to end", await benchTelegramInbound(inbound), inbound, "Bot API fake → the real Telegram adapter (long polling) → daemon child process → model server process → sendMessage; 1,000 sessions", "the daemon process, all threads (SQLite's included)");
   await checkHost();
   process.stderr.write("bench: inbound, core pipeline…\n");
   inboundRows("inbound, core pipeline", await benchCorePipeline(inbound), inbound, "router.accept → key, entry, transcript → model server process → outbox → recording adapter; daemon in the bench process", "the bench process: daemon, SQLite threads and the load generator");
