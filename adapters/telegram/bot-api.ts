@@ -8,6 +8,7 @@
 import http from "node:http";
 import { TelegramError } from "telegraf";
 import { postBody } from "../../src/util/http-post.js";
+import { redactToken } from "./errors.js";
 
 /** telegraf's request timeout, kept: the poller's own watchdog ends a silent long poll sooner. */
 const REQUEST_TIMEOUT_MS = 500_000;
@@ -37,6 +38,11 @@ export function createBotApi(apiRoot: string, token: string): BotApiCall {
     const res = await postBody(urlFor(method), body, { ...opts, headers: HEADERS, timeoutMs: REQUEST_TIMEOUT_MS, maxResponseBytes: MAX_RESPONSE_BYTES });
     // As telegraf: a 5xx is an error by its status, whatever the body (often a proxy's HTML page).
     if (res.status >= 500) throw new TelegramError({ error_code: res.status, description: http.STATUS_CODES[res.status] ?? "server error" }, { method });
+    // The Bot API never redirects; a proxy or a mistyped root does, and repeating the call cannot help.
+    if (res.status >= 300 && res.status < 400) {
+      const to = res.headers.location ? ` to ${redactToken(res.headers.location, token)}` : "";
+      throw new TelegramError({ error_code: res.status, description: `the API root answered with a redirect${to}: set channels.telegram.apiRoot to the final address` }, { method });
+    }
     let data: { ok?: unknown; result?: unknown; error_code?: unknown; description?: unknown; parameters?: unknown };
     try {
       data = JSON.parse(res.text) as typeof data;

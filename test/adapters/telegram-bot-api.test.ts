@@ -13,7 +13,7 @@ import { classify, toPlatformError } from "../../adapters/telegram/errors.js";
 import { postBody } from "../../src/util/http-post.js";
 
 const TOKEN = "123456:SECRET-token_value";
-type Reply = { status: number; body: string; contentType?: string } | "hang";
+type Reply = { status: number; body: string; headers?: http.OutgoingHttpHeaders } | "hang";
 
 const servers: http.Server[] = [];
 const agents: http.Agent[] = [];
@@ -35,7 +35,7 @@ async function server(reply: (path: string, body: string) => Reply): Promise<{ r
       seen.push({ path: req.url ?? "", body, headers: req.headers });
       const r = reply(req.url ?? "", body);
       if (r === "hang") return;
-      res.writeHead(r.status, { "content-type": r.contentType ?? "application/json" }).end(r.body);
+      res.writeHead(r.status, { "content-type": "application/json", ...r.headers }).end(r.body);
     });
   });
   servers.push(s);
@@ -86,17 +86,25 @@ describe("Bot API calls without telegraf's fetch stack", () => {
   });
 
   it("R3 a proxy's 5xx page is an error by its status (transport, retryable), whatever the body", async () => {
-    const { root } = await server(() => ({ status: 502, body: "<html>Bad Gateway</html>", contentType: "text/html" }));
+    const { root } = await server(() => ({ status: 502, body: "<html>Bad Gateway</html>", headers: { "content-type": "text/html" } }));
     const err = await failure(createBotApi(root, TOKEN)("sendMessage", {}, { agent: agent() }));
     expect((err as TelegramError).response).toEqual({ error_code: 502, description: "Bad Gateway" });
     expect(classify(err).code).toBe("transport");
   });
 
   it("R3 a 2xx body that is not JSON fails with the method and an excerpt, not a parser's message", async () => {
-    const { root } = await server(() => ({ status: 200, body: "<html>captive portal</html>", contentType: "text/html" }));
+    const { root } = await server(() => ({ status: 200, body: "<html>captive portal</html>", headers: { "content-type": "text/html" } }));
     const err = await failure(createBotApi(root, TOKEN)("sendMessage", {}, { agent: agent() }));
     expect(String(err)).toContain('sendMessage: HTTP 200 answered with a body that is not JSON: "<html>captive portal</html>"');
     expect(classify(err).code).toBe("transport");
+  });
+
+  it("R3 a redirect (a proxy, a mistyped root) is a clear error that is not retried, and hides the token in the new address", async () => {
+    const { root } = await server(() => ({ status: 301, body: "", headers: { location: `https://elsewhere.example/bot${TOKEN}/sendMessage` } }));
+    const err = await failure(createBotApi(root, TOKEN)("sendMessage", {}, { agent: agent() }));
+    expect(String(err)).toContain("the API root answered with a redirect to https://elsewhere.example/bot<redacted>/sendMessage: set channels.telegram.apiRoot to the final address");
+    expect(String(err)).not.toContain("SECRET");
+    expect(classify(err).code).toBe("invalid");
   });
 
   it("R3 a refusal without an error code or description still says what happened", async () => {
