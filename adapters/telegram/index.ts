@@ -1,6 +1,6 @@
 /**
- * Telegram channel adapter: telegraf as the Bot API transport (sendMessage and getUpdates, the
- * per-message calls, by a leaner path: bot-api.ts), our own long-poll loop for control over the
+ * Telegram channel adapter: telegraf as the Bot API transport, except for the two per-message
+ * calls, sendMessage and getUpdates (bot-api.ts); our own long-poll loop for control over the
  * offset (see poller.ts), and pure mapping in map-update.ts.
  *
  * telegraf's `launch()`/`handleUpdate()` are deliberately not used: handleUpdate wraps handlers
