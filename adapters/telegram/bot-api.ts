@@ -1,9 +1,10 @@
 /**
- * The two Bot API calls on the per-message path — sendMessage (one per reply) and getUpdates (the
- * long poll) — made with a plain POST (src/util/http-post.ts) instead of telegraf's callApi, whose
- * node-fetch stack (Request, Headers, body streams) cost about twice the CPU of the request itself
- * and ~40 KB of garbage per send (bench/). telegraf stays the transport of every other call, and
- * failures are telegraf's own TelegramError with the same fields, so errors.ts treats both alike.
+ * The Bot API calls on the per-message path — sendMessage (one per reply), getUpdates (the long
+ * poll) and sendChatAction (typing) — made with a plain POST (src/util/http-post.ts) instead of
+ * telegraf's callApi, whose node-fetch stack (Request, Headers, body streams) cost about twice the
+ * CPU of the request itself; without it the daemon drained ~11 % more messages a second (bench/).
+ * telegraf stays the transport of the start-up calls, and failures are telegraf's own
+ * TelegramError with the same fields, so errors.ts treats both alike.
  */
 import http from "node:http";
 import { TelegramError } from "telegraf";

@@ -1,7 +1,8 @@
 /**
- * Telegram channel adapter: telegraf as the Bot API transport, except for the two per-message
- * calls, sendMessage and getUpdates (bot-api.ts); our own long-poll loop for control over the
- * offset (see poller.ts), and pure mapping in map-update.ts.
+ * Telegram channel adapter: telegraf for the start-up calls (getMe, deleteWebhook,
+ * setMyCommands), the calls made per message — getUpdates, sendMessage, sendChatAction — as plain
+ * POSTs (bot-api.ts); our own long-poll loop for control over the offset (see poller.ts), and
+ * pure mapping in map-update.ts.
  *
  * telegraf's `launch()`/`handleUpdate()` are deliberately not used: handleUpdate wraps handlers
  * in a 90 s timeout that would "finish" an update while onInbound still runs, and its default
@@ -9,7 +10,7 @@
  */
 import http from "node:http";
 import https from "node:https";
-import { Telegraf, type Telegram } from "telegraf";
+import { Telegraf } from "telegraf";
 import { type AdapterContext, type ChannelAdapter, type ChannelHealth, type OutboundTarget, PlatformError, type SendOptions, type SendReceipt } from "../../src/channels/types.js";
 import type { TelegramConfig } from "../../src/config/schema.js";
 import { type BackoffOptions, DEFAULT_BACKOFF } from "./backoff.js";
@@ -52,7 +53,6 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
   // ones and uses Node's global agent).
   const agent = apiRoot.startsWith("https:") ? new https.Agent({ keepAlive: true, keepAliveMsecs: 10_000 }) : new http.Agent({ keepAlive: true, keepAliveMsecs: 10_000 });
   const bot = new Telegraf(token, { telegram: { apiRoot, agent: agent instanceof https.Agent ? agent : undefined } });
-  const call = untypedCall(bot.telegram);
   const botApi = createBotApi(apiRoot, token);
   // Sends use an agent of their own that keeps a connection ready for each (warm-agent.ts).
   const sendAgent = createWarmAgent(apiRoot);
@@ -186,7 +186,7 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
     async typing(target: OutboundTarget): Promise<void> {
       // Best effort by contract: a lost typing indicator must never surface as a failure.
       try {
-        await call<true>("sendChatAction", chatActionParams(target));
+        await botApi<true>("sendChatAction", chatActionParams(target), { agent });
       } catch (err) {
         log.debug({ err: describeError(err, token) }, "telegram typing failed");
       }
@@ -196,14 +196,6 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
 
     rateLimitsFor: (target) => rateLimitsFor(target, config.rateLimit),
   };
-}
-
-/**
- * Untyped view of callApi: payloads are built against our own wire types (wire.ts), and
- * telegraf's signal type comes from an abort-controller polyfill that rejects Node's own.
- */
-function untypedCall(client: Telegram) {
-  return client.callApi.bind(client) as unknown as <T>(method: string, payload: object, opts?: { signal?: AbortSignal }) => Promise<T>;
 }
 
 function dropIdleSockets(agent: http.Agent): void {

@@ -3,9 +3,9 @@
  *
  * The per-message calls (a model completion, a Telegram sendMessage) go through this instead of
  * an SDK's fetch stack: measured on the inbound benchmark (bench/), the `openai` SDK cost ~650 µs
- * of CPU per call against an instant local server and telegraf's node-fetch path ~85 µs and
- * ~40 KB of garbage per send, against ~45 µs here — on a daemon whose event loop is the
- * bottleneck at a few thousand messages a second.
+ * of CPU per call against an instant local server and telegraf's node-fetch path ~85 µs per send,
+ * against ~45 µs here — on a daemon whose event loop is the bottleneck at a few thousand
+ * messages a second.
  */
 import http from "node:http";
 import https from "node:https";
