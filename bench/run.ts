@@ -109,7 +109,7 @@ if (!only || only === "caches") {
 
 await checkHost();
 add("host speed check: a fixed CPU workload (lower is faster)", "ms", spread(hostChecks), undefined, "2,000 JSON round trips of a 60-message body on both cores at once, run between the groups; ~60 ms on a calm host here — a high median or a wide spread means the VM was busy and every figure above is slower for it");
-add("host I/O check: 2,000 loopback TCP round trips between two threads (lower is faster)", "ms", spread(hostIoChecks), undefined, "200-byte echoes to a worker thread, run between the groups: the daemon's path is mostly such hops, and a VM's syscall and wake-up costs move apart from its CPU speed (104 – 158 ms on the host of the README's latest run, where the CPU check read as on a calm host yet the inbound figures were a third slower than on the earlier run's host)");
+add("host I/O check: 2,000 loopback TCP round trips between two threads (lower is faster)", "ms", spread(hostIoChecks), undefined, "200-byte echoes to a worker thread, run between the groups: the daemon's path is mostly such hops, and a VM's syscall and wake-up costs move apart from its CPU speed (104 – 183 ms on the host of the README's latest runs, where the CPU check read as on a calm host yet the inbound figures were a third slower than on the earlier run's host)");
 
 const seconds = (performance.now() - started) / 1000;
 printTable(rows);

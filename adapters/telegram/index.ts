@@ -52,7 +52,7 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
   // sockets: the long poll's, and telegraf's for https:// roots (it ignores `agent` for http://
   // ones and uses Node's global agent).
   const agent = apiRoot.startsWith("https:") ? new https.Agent({ keepAlive: true, keepAliveMsecs: 10_000 }) : new http.Agent({ keepAlive: true, keepAliveMsecs: 10_000 });
-  const bot = new Telegraf(token, { telegram: { apiRoot, agent: agent instanceof https.Agent ? agent : undefined } });
+  const bot = new Telegraf(token, { telegram: { apiRoot, agent } });
   const botApi = createBotApi(apiRoot, token);
   // Sends use an agent of their own that keeps a connection ready for each (warm-agent.ts).
   const sendAgent = createWarmAgent(apiRoot);
