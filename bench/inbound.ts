@@ -14,7 +14,6 @@
  * fake does not enforce them here; they are exercised by test/reliability/rate-limit.test.ts),
  * and agents.defaults.maxConcurrent is 64 (the default 4 suits slow real models; see WORKLOAD).
  */
-import { readFileSync } from "node:fs";
 import pino from "pino";
 import type { ChannelAdapter, InboundMessage, OutboundTarget } from "../src/channels/types.js";
 import { parseConfig } from "../src/config/load.js";
@@ -23,7 +22,8 @@ import { GatewayClient } from "../src/gateway/client.js";
 import { FakeTelegramBotApi, fakeUser, privateChat } from "../test/fakes/telegram-bot-api.js";
 import { spawnDaemon, writeConfig } from "../test/helpers/daemon-process.js";
 import { benchConfig, tempDir } from "./lib/fixtures.js";
-import { ReplyClock, type LoadResult } from "./lib/load.js";
+import { ownCpuMicros, processCpuMicros } from "./lib/cpu.js";
+import { ReplyClock, type CpuReading, type LoadResult } from "./lib/load.js";
 import { startModelProcess } from "./lib/model-process.js";
 import { nowMs, sleep } from "./lib/stats.js";
 
@@ -52,13 +52,13 @@ export interface InboundFigures {
   burst: LoadResult[];
 }
 
-async function measure(clock: ReplyClock, o: InboundOptions, inject: (tag: string) => (i: number) => string, cpuMicros: () => number): Promise<InboundFigures> {
+async function measure(clock: ReplyClock, o: InboundOptions, inject: (tag: string) => (i: number) => string, cpu: () => CpuReading): Promise<InboundFigures> {
   // Warm-up: creates the sessions (one message each), then runs the offered load once to warm
   // the JIT, the connection pools and SQLite's cache; none of it is counted.
   await clock.run(Math.min(o.rate, 2000), o.sessions / Math.min(o.rate, 2000), inject("warm"));
   await clock.run(o.rate, 2, inject("warm2"));
   const runs: LoadResult[] = [];
-  for (let r = 0; r < o.runs; r++) runs.push(await clock.run(o.rate, o.seconds, inject(`r${r}`), cpuMicros));
+  for (let r = 0; r < o.runs; r++) runs.push(await clock.run(o.rate, o.seconds, inject(`r${r}`), cpu));
   const burst: LoadResult[] = [];
   for (let r = 0; r < o.runs; r++) burst.push(await clock.run(1e9, o.burst / 1e9, inject(`b${r}`)));
   return { runs, burst };
@@ -95,7 +95,7 @@ export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFi
       const text = `${tag}-${i}`;
       api.injectText({ chat: privateChat(u), from: u, text });
       return text;
-    }, () => processCpuMicros(daemon.pid));
+    }, () => ({ system: processCpuMicros(daemon.pid), harness: ownCpuMicros() + processCpuMicros(model.pid) }));
     const client = new GatewayClient({ url: `ws://127.0.0.1:${port}/` });
     await client.connect();
     const health = await client.request("health", {});
@@ -141,10 +141,7 @@ export async function benchCorePipeline(o: InboundOptions): Promise<InboundFigur
       const text = `${tag}-${i}`;
       void daemon.app.router.accept(msg(i, text));
       return text;
-    }, () => {
-      const c = process.cpuUsage();
-      return c.user + c.system;
-    });
+    }, () => ({ system: ownCpuMicros(), harness: processCpuMicros(model.pid) }));
     if (daemon.app.sessions.size < o.sessions) throw new Error(`expected ${o.sessions} sessions, the daemon has ${daemon.app.sessions.size}`);
     return figures;
   } finally {
@@ -154,20 +151,10 @@ export async function benchCorePipeline(o: InboundOptions): Promise<InboundFigur
   }
 }
 
-/** utime + stime of a process, all threads (Linux /proc), in µs. */
-function processCpuMicros(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  // Fields after the command name, which is in parentheses and may contain spaces.
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return ((Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND) * 1e6;
-}
-/** USER_HZ: 100 on every Linux this runs on (getconf CLK_TCK). */
-const CLOCK_TICKS_PER_SECOND = 100;
-
 if (import.meta.url === `file://${process.argv[1]}`) {
   const o: InboundOptions = { ...WORKLOAD, rate: Number(process.env.RATE ?? WORKLOAD.rate) };
   const show = (label: string, f: InboundFigures) => {
-    for (const r of f.runs) console.log(label, `offered ${r.offered}/s → ${r.throughput.toFixed(0)}/s p50 ${r.p50.toFixed(1)} ms p99 ${r.p99.toFixed(1)} ms (${r.answered}/${r.sent}) cpu ${r.cpuUsPerMessage?.toFixed(0)} µs/msg`);
+    for (const r of f.runs) console.log(label, `offered ${r.offered}/s → ${r.throughput.toFixed(0)}/s p50 ${r.p50.toFixed(1)} ms p99 ${r.p99.toFixed(1)} ms (${r.answered}/${r.sent}) cpu ${r.cpuUsPerMessage?.toFixed(0)} µs/msg, fakes ${r.harnessCpuUsPerMessage?.toFixed(0)} µs/msg`);
     for (const r of f.burst) console.log(label, `burst ${r.sent} → ${r.throughput.toFixed(0)}/s`);
   };
   if (process.env.ONLY !== "core") show("telegram", await benchTelegramInbound(o));

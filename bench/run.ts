@@ -44,12 +44,21 @@ function round(n: number): number {
   return Math.abs(n) >= 100 ? Math.round(n) : Math.round(n * 100) / 100;
 }
 
-function inboundRows(label: string, f: InboundFigures, o: InboundOptions, note: string, cpuNote: string): void {
+function inboundRows(label: string, f: InboundFigures, o: InboundOptions, note: string, cpuNote: string, harnessNote: string): void {
   add(`${label}: max sustained throughput (${o.burst}-message burst drained)`, "msg/s", spread(f.burst.map((r) => r.throughput)), { op: ">=", value: 2000 }, note);
   add(`${label}: answered at ${o.rate} msg/s offered (${o.seconds} s runs)`, "msg/s", spread(f.runs.map((r) => r.throughput)));
   add(`${label}: added latency p50 at ${o.rate} msg/s`, "ms", spread(f.runs.map((r) => r.p50)));
   add(`${label}: added latency p99 at ${o.rate} msg/s`, "ms", spread(f.runs.map((r) => r.p99)), { op: "<", value: 25 });
   add(`${label}: CPU per message at ${o.rate} msg/s`, "µs", spread(f.runs.map((r) => r.cpuUsPerMessage ?? Number.NaN)), undefined, cpuNote);
+  add(`${label}: the fakes' CPU per message at ${o.rate} msg/s`, "µs", spread(f.runs.map((r) => r.harnessCpuUsPerMessage ?? Number.NaN)), undefined, harnessNote);
+  const cores = os.cpus().length;
+  add(
+    `${label}: this host's ceiling at that cost (${cores} cores ÷ CPU per message, both above)`,
+    "msg/s",
+    spread(f.runs.map((r) => (cores * 1e6) / ((r.cpuUsPerMessage ?? Number.NaN) + (r.harnessCpuUsPerMessage ?? Number.NaN)))),
+    undefined,
+    "the fakes run on the same cores as the daemon: no pipeline drains more than this here, however it is threaded, and latency grows long before it",
+  );
 }
 
 const only = process.env.BENCH_ONLY;
@@ -69,10 +78,10 @@ const inbound: InboundOptions = WORKLOAD;
 
 if (!only || only === "inbound") {
   process.stderr.write("bench: inbound, Telegram end to end…\n");
-  inboundRows("inbound, Telegram end to end", await benchTelegramInbound(inbound), inbound, "Bot API fake → the real Telegram adapter (long polling) → daemon child process → model server process → sendMessage; 1,000 sessions", "the daemon process, all threads (SQLite's included)");
+  inboundRows("inbound, Telegram end to end", await benchTelegramInbound(inbound), inbound, "Bot API fake → the real Telegram adapter (long polling) → daemon child process → model server process → sendMessage; 1,000 sessions", "the daemon process, all threads (SQLite's included)", "the bench process (Bot API fake, load generator) and the model server process");
   await checkHost();
   process.stderr.write("bench: inbound, core pipeline…\n");
-  inboundRows("inbound, core pipeline", await benchCorePipeline(inbound), inbound, "router.accept → key, entry, transcript → model server process → outbox → recording adapter; daemon in the bench process", "the bench process: daemon, SQLite threads and the load generator");
+  inboundRows("inbound, core pipeline", await benchCorePipeline(inbound), inbound, "router.accept → key, entry, transcript → model server process → outbox → recording adapter; daemon in the bench process", "the bench process: daemon, SQLite threads and the load generator", "the model server process");
   await checkHost();
 }
 if (!only || only === "gateway") {
@@ -109,7 +118,7 @@ if (!only || only === "caches") {
 
 await checkHost();
 add("host speed check: a fixed CPU workload (lower is faster)", "ms", spread(hostChecks), undefined, "2,000 JSON round trips of a 60-message body on both cores at once, run between the groups; ~60 ms on a calm host here — a high median or a wide spread means the VM was busy and every figure above is slower for it");
-add("host I/O check: 2,000 loopback TCP round trips between two threads (lower is faster)", "ms", spread(hostIoChecks), undefined, "200-byte echoes to a worker thread, run between the groups: the daemon's path is mostly such hops, and a VM's syscall and wake-up costs move apart from its CPU speed (104 – 183 ms on the host of the README's latest runs, where the CPU check read as on a calm host yet the inbound figures were a third slower than on the earlier run's host)");
+add("host I/O check: 2,000 loopback TCP round trips between two threads (lower is faster)", "ms", spread(hostIoChecks), undefined, "200-byte echoes to a worker thread, run between the groups: the daemon's path is mostly such hops, and a VM's syscall and wake-up costs move apart from its CPU speed (98 – 183 ms on the host of the README's latest runs, where the CPU check read as on a calm host yet the inbound figures were a third slower than on the earlier run's host)");
 
 const seconds = (performance.now() - started) / 1000;
 printTable(rows);

@@ -17,6 +17,17 @@ export interface LoadResult {
   max: number;
   /** CPU the system under test spent per answered message (µs, all its threads), when measured. */
   cpuUsPerMessage?: number;
+  /**
+   * CPU the benchmark's own processes (platform fake, load generator, model server) spent per
+   * answered message (µs), when measured: on this host they share the cores with the daemon.
+   */
+  harnessCpuUsPerMessage?: number;
+}
+
+/** CPU time used so far (µs, all threads): by the system under test and by the benchmark's own processes. */
+export interface CpuReading {
+  system: number;
+  harness: number;
 }
 
 export class ReplyClock {
@@ -45,12 +56,12 @@ export class ReplyClock {
 
   /**
    * Injects `rate` msg/s for `seconds` (`inject(i)` sends message i and returns its text), waits
-   * for every reply (at most `drainMs`), and summarises. `cpuMicros` reads the CPU time the
-   * system under test has used so far (µs), for the CPU-per-message figure.
+   * for every reply (at most `drainMs`), and summarises. `cpu` reads the CPU time used so far,
+   * for the CPU-per-message figures.
    */
-  async run(rate: number, seconds: number, inject: (i: number) => string, cpuMicros?: () => number, drainMs = 60_000): Promise<LoadResult> {
+  async run(rate: number, seconds: number, inject: (i: number) => string, cpu?: () => CpuReading, drainMs = 60_000): Promise<LoadResult> {
     this.latencies.length = 0;
-    const cpu0 = cpuMicros?.();
+    const cpu0 = cpu?.();
     const total = Math.max(1, Math.round(rate * seconds));
     const start = nowMs();
     let i = 0;
@@ -64,7 +75,11 @@ export class ReplyClock {
     const lat = this.latencies;
     const secs = Math.max(1e-6, (this.lastAt - start) / 1000);
     const result: LoadResult = { offered: rate, sent: total, answered: lat.length, seconds: secs, throughput: lat.length / secs, p50: percentile(lat, 50), p99: percentile(lat, 99), max: Math.max(...lat) };
-    if (cpu0 !== undefined && cpuMicros && lat.length) result.cpuUsPerMessage = (cpuMicros() - cpu0) / lat.length;
+    if (cpu0 && cpu && lat.length) {
+      const cpu1 = cpu();
+      result.cpuUsPerMessage = (cpu1.system - cpu0.system) / lat.length;
+      result.harnessCpuUsPerMessage = (cpu1.harness - cpu0.harness) / lat.length;
+    }
     return result;
   }
 }

@@ -8,6 +8,7 @@ import { fileURLToPath } from "node:url";
 
 export interface ModelProcess {
   baseUrl: string;
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -23,6 +24,7 @@ export async function startModelProcess(opts: { skipAgentToAgent?: boolean } = {
   });
   return {
     baseUrl,
+    pid: child.pid as number,
     async stop() {
       if (child.exitCode !== null) return;
       const gone = new Promise((r) => child.once("exit", r));
