@@ -57,7 +57,7 @@ function inboundRows(label: string, f: InboundFigures, o: InboundOptions, note: 
     "msg/s",
     spread(f.runs.map((r) => (cores * 1e6) / ((r.cpuUsPerMessage ?? Number.NaN) + (r.harnessCpuUsPerMessage ?? Number.NaN)))),
     undefined,
-    "the fakes run on the same cores as the daemon: no pipeline drains more than this here, however it is threaded, and latency grows long before it",
+    "the fakes run on the same cores as the daemon: nothing drains more than this here, however it is threaded, and latency grows well before it",
   );
 }
 
