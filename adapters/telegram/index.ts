@@ -51,7 +51,7 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
   // Our own agent (telegraf's default is a process-wide singleton) so stop() can close its
   // sockets: the long poll's, and telegraf's for https:// roots (it ignores `agent` for http://
   // ones and uses Node's global agent).
-  const agent = apiRoot.startsWith("https:") ? new https.Agent({ keepAlive: true, keepAliveMsecs: 10_000 }) : new http.Agent({ keepAlive: true, keepAliveMsecs: 10_000 });
+  const agent = new (apiRoot.startsWith("https:") ? https.Agent : http.Agent)({ keepAlive: true, keepAliveMsecs: 10_000 });
   const bot = new Telegraf(token, { telegram: { apiRoot, agent } });
   const botApi = createBotApi(apiRoot, token);
   // Sends use an agent of their own that keeps a connection ready for each (warm-agent.ts).

@@ -49,16 +49,14 @@ interface ChatCompletion {
 
 export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider {
   const endpoint = new URL(`${opts.baseUrl.replace(/\/+$/, "")}/chat/completions`);
-  const secure = endpoint.protocol === "https:";
-  const agent = secure ? new https.Agent({ keepAlive: true, maxSockets: 64 }) : new http.Agent({ keepAlive: true, maxSockets: 64 });
+  const agent = new (endpoint.protocol === "https:" ? https.Agent : http.Agent)({ keepAlive: true, maxSockets: 64 });
+  const headers: http.OutgoingHttpHeaders = { "content-type": "application/json", accept: "application/json", ...(opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {}) };
   const maxRetries = opts.maxRetries ?? 2;
   // Servers and proxies echo a rejected key in their error ("Incorrect API key provided: sk-…");
   // the message ends up in logs and, as the run's error notice, in the chat.
   const scrub = (text: string) => (opts.apiKey && opts.apiKey.length >= 6 ? text.split(opts.apiKey).join("[redacted]") : text);
 
   async function attempt(body: Buffer, signal: AbortSignal | undefined): Promise<ChatCompletion> {
-    const headers: http.OutgoingHttpHeaders = { "content-type": "application/json", accept: "application/json" };
-    if (opts.apiKey) headers.authorization = `Bearer ${opts.apiKey}`;
     const res = await postBody(endpoint, body, { agent, headers, signal, timeoutMs: opts.timeoutMs, maxResponseBytes: MAX_RESPONSE_BYTES });
     if (res.status < 200 || res.status > 299) throw new StatusError(res.status, `${res.status} ${scrub(errorMessageOf(res.text) ?? "status code (no body)")}`, res.headers);
     try {
