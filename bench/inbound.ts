@@ -14,6 +14,8 @@
  * fake does not enforce them here; they are exercised by test/reliability/rate-limit.test.ts),
  * and agents.defaults.maxConcurrent is 64 (the default 4 suits slow real models; see WORKLOAD).
  */
+import { fork } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import pino from "pino";
 import type { ChannelAdapter, InboundMessage, OutboundTarget } from "../src/channels/types.js";
 import { parseConfig } from "../src/config/load.js";
@@ -24,6 +26,7 @@ import { spawnDaemon, writeConfig } from "../test/helpers/daemon-process.js";
 import { benchConfig, tempDir } from "./lib/fixtures.js";
 import { ownCpuMicros, processCpuMicros } from "./lib/cpu.js";
 import { ReplyClock, type CpuReading, type LoadResult } from "./lib/load.js";
+import type { RelayOptions } from "./lib/floor-relay.js";
 import { startModelProcess } from "./lib/model-process.js";
 import { nowMs, sleep } from "./lib/stats.js";
 
@@ -47,6 +50,14 @@ export interface InboundOptions {
  */
 export const WORKLOAD: InboundOptions = { sessions: 1000, rate: 2000, seconds: 3, runs: 3, burst: 5000, maxConcurrent: 64 };
 
+/**
+ * The daemon's model request on this workload (system prompt, tool definitions, up to 60 history
+ * messages: 5 KB on average, measured) and its synchronous appends per answered message (three
+ * transcript lines — the user's message, the reply, its delivery — and one send-journal line).
+ */
+export const DAEMON_MODEL_BODY_BYTES = 5000;
+export const DAEMON_APPENDS_PER_MESSAGE = 4;
+
 export interface InboundFigures {
   runs: LoadResult[];
   burst: LoadResult[];
@@ -64,9 +75,8 @@ async function measure(clock: ReplyClock, o: InboundOptions, inject: (tag: strin
   return { runs, burst };
 }
 
-export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFigures> {
-  const tmp = tempDir();
-  const model = await startModelProcess();
+/** The Bot API fake, its reply clock and the load's injector: the Telegram benches' common harness. */
+async function telegramHarness(o: InboundOptions) {
   const api = new FakeTelegramBotApi({ history: false });
   const apiRoot = await api.start();
   const clock = new ReplyClock();
@@ -74,6 +84,20 @@ export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFi
     clock.replied(String(body.text));
     return undefined;
   });
+  const users = Array.from({ length: o.sessions }, (_, i) => fakeUser(`User${i}`, { username: `user${i}` }));
+  const inject = (tag: string) => (i: number) => {
+    const u = users[i % users.length];
+    const text = `${tag}-${i}`;
+    api.injectText({ chat: privateChat(u), from: u, text });
+    return text;
+  };
+  return { api, apiRoot, clock, inject };
+}
+
+export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFigures> {
+  const tmp = tempDir();
+  const model = await startModelProcess();
+  const { api, apiRoot, clock, inject } = await telegramHarness(o);
   const config = writeConfig(
     tmp.dir,
     benchConfig({
@@ -89,13 +113,7 @@ export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFi
     const { port } = await daemon.listening;
     const deadline = nowMs() + 10_000;
     while (!api.isPolling && nowMs() < deadline) await sleep(10);
-    const users = Array.from({ length: o.sessions }, (_, i) => fakeUser(`User${i}`, { username: `user${i}` }));
-    const figures = await measure(clock, o, (tag) => (i) => {
-      const u = users[i % users.length];
-      const text = `${tag}-${i}`;
-      api.injectText({ chat: privateChat(u), from: u, text });
-      return text;
-    }, () => ({ system: processCpuMicros(daemon.pid), harness: ownCpuMicros() + processCpuMicros(model.pid) }));
+    const figures = await measure(clock, o, inject, () => ({ system: processCpuMicros(daemon.pid), harness: ownCpuMicros() + processCpuMicros(model.pid) }));
     const client = new GatewayClient({ url: `ws://127.0.0.1:${port}/` });
     await client.connect();
     const health = await client.request("health", {});
@@ -105,6 +123,36 @@ export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFi
   } finally {
     daemon.kill("SIGTERM");
     await daemon.exited;
+    await api.stop();
+    await model.stop();
+    tmp.remove();
+  }
+}
+
+/** What the wire-floor relay does besides relaying (see bench/lib/floor-relay.ts). */
+export interface FloorVariant {
+  modelBodyBytes: number;
+  appendsPerMessage: number;
+}
+
+/**
+ * The same Telegram workload through bench/lib/floor-relay.ts, with no Switchboard in it: what
+ * the wire alone (and, in a variant, the daemon's model body size and file appends) costs per
+ * message on this host, beside the daemon's figures.
+ */
+export async function benchWireFloor(o: InboundOptions, variant: FloorVariant): Promise<InboundFigures> {
+  const tmp = tempDir();
+  const model = await startModelProcess();
+  const { api, apiRoot, clock, inject } = await telegramHarness(o);
+  const options: RelayOptions = { apiRoot, token: api.token, modelBaseUrl: model.baseUrl, dir: tmp.dir, ...variant };
+  const relay = fork(fileURLToPath(new URL("./lib/floor-relay.ts", import.meta.url)), [JSON.stringify(options)], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  const exited = new Promise<void>((resolve) => relay.once("exit", () => resolve()));
+  try {
+    await Promise.race([new Promise<void>((resolve) => relay.once("message", () => resolve())), exited.then(() => Promise.reject(new Error(`floor relay exited (${relay.exitCode})`)))]);
+    return await measure(clock, o, inject, () => ({ system: processCpuMicros(relay.pid as number), harness: ownCpuMicros() + processCpuMicros(model.pid) }));
+  } finally {
+    relay.kill("SIGKILL");
+    await exited;
     await api.stop();
     await model.stop();
     tmp.remove();
@@ -157,6 +205,11 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     for (const r of f.runs) console.log(label, `offered ${r.offered}/s → ${r.throughput.toFixed(0)}/s p50 ${r.p50.toFixed(1)} ms p99 ${r.p99.toFixed(1)} ms (${r.answered}/${r.sent}) cpu ${r.cpuUsPerMessage?.toFixed(0)} µs/msg, fakes ${r.harnessCpuUsPerMessage?.toFixed(0)} µs/msg`);
     for (const r of f.burst) console.log(label, `burst ${r.sent} → ${r.throughput.toFixed(0)}/s`);
   };
-  if (process.env.ONLY !== "core") show("telegram", await benchTelegramInbound(o));
-  if (process.env.ONLY !== "telegram") show("core", await benchCorePipeline(o));
+  const only = process.env.ONLY;
+  if (!only || only === "telegram") show("telegram", await benchTelegramInbound(o));
+  if (!only || only === "core") show("core", await benchCorePipeline(o));
+  if (!only || only === "floor") {
+    show("floor", await benchWireFloor(o, { modelBodyBytes: 0, appendsPerMessage: 0 }));
+    show("floor+", await benchWireFloor(o, { modelBodyBytes: DAEMON_MODEL_BODY_BYTES, appendsPerMessage: DAEMON_APPENDS_PER_MESSAGE }));
+  }
 }
