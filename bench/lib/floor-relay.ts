@@ -1,9 +1,9 @@
 /**
- * The wire alone: a relay with none of Switchboard in it — it long-polls the Telegram Bot API
- * fake, makes one model call per update and one sendMessage per reply, over keep-alive node:http
- * agents; no store, no policy, no crash safety. What it costs per message is the floor any daemon
- * doing this workload in Node pays on this host; the daemon's figures beside it show what the
- * rest of the pipeline adds.
+ * The wire alone: a relay with none of Switchboard's pipeline in it — it long-polls the Telegram
+ * Bot API fake, makes one model call per update and one sendMessage per reply, over a keep-alive
+ * node:http agent and the daemon's POST helper; no store, no policy, no crash safety.
+ * What it costs per message is the floor any daemon doing this workload in Node pays on this
+ * host; the daemon's figures beside it show what the rest of the pipeline adds.
  *
  * Run as a child process with one JSON argument (RelayOptions). `modelBodyBytes` pads the model
  * request to the daemon's size (its system prompt, tools and history: ~5 KB in the bench);
@@ -13,6 +13,7 @@
 import { openSync, writeSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
+import { postBody } from "../../src/util/http-post.js";
 
 export interface RelayOptions {
   apiRoot: string;
@@ -30,28 +31,19 @@ interface Update {
 
 const o = JSON.parse(process.argv[2]) as RelayOptions;
 const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
-const method = (name: string) => new URL(`./bot${o.token}/${name}`, o.apiRoot).href;
+const method = (name: string) => new URL(`./bot${o.token}/${name}`, o.apiRoot);
+const completions = new URL(`${o.modelBaseUrl}/chat/completions`);
 const padding = "x".repeat(o.modelBodyBytes);
 const files = new Map<number, number>();
 
-function post(url: string, body: unknown): Promise<unknown> {
-  const data = Buffer.from(JSON.stringify(body));
-  return new Promise((resolve, reject) => {
-    const req = http.request(url, { method: "POST", agent, headers: { "content-type": "application/json", "content-length": data.length } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("error", reject);
-      res.on("end", () => {
-        try {
-          resolve(JSON.parse(Buffer.concat(chunks).toString("utf8")));
-        } catch (err) {
-          reject(new Error(`${url}: unparseable answer`, { cause: err }));
-        }
-      });
-    });
-    req.on("error", reject);
-    req.end(data);
-  });
+/** The daemon's own POST helper, so the floor and the daemon pay the same HTTP client per call. */
+async function post(url: URL, body: unknown): Promise<unknown> {
+  const res = await postBody(url, Buffer.from(JSON.stringify(body)), { agent, headers: { "content-type": "application/json" }, timeoutMs: 60_000, maxResponseBytes: 16 * 2 ** 20 });
+  try {
+    return JSON.parse(res.text);
+  } catch (err) {
+    throw new Error(`${url}: unparseable answer (${res.status})`, { cause: err });
+  }
 }
 
 function append(chat: number, text: string): void {
@@ -70,7 +62,7 @@ async function relay(u: Update): Promise<void> {
   if (!u.message || text === undefined) return;
   if (o.appendsPerMessage > 0) append(u.message.chat.id, text);
   const messages = [...(padding ? [{ role: "system", content: padding }] : []), { role: "user", content: text }];
-  const completion = (await post(`${o.modelBaseUrl}/chat/completions`, { model: "fake", messages })) as { choices: Array<{ message: { content: string } }> };
+  const completion = (await post(completions, { model: "fake", messages })) as { choices: Array<{ message: { content: string } }> };
   await post(method("sendMessage"), { chat_id: u.message.chat.id, text: completion.choices[0].message.content });
 }
 
