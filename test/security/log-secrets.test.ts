@@ -24,6 +24,12 @@ const BOT_TOKEN = "987654321:AAH-secretBotToken_ZZ9x8w7v6u5t4s3r";
 const API_KEY = "sk-live-secretModelKey-0123456789abcdef";
 const HOOKS_TOKEN = "hooktok-1a2b3c4d5e6f7g8h";
 const SECRETS = [GATEWAY_TOKEN, BOT_TOKEN, BOT_TOKEN.split(":")[1], API_KEY, HOOKS_TOKEN];
+const WRONG_TOKEN = "wrong-token-5e4d3c2b1a";
+
+/** Every run of `length` characters of `secret`. */
+function pieces(secret: string, length: number): string[] {
+  return Array.from({ length: secret.length - length + 1 }, (_, i) => secret.slice(i, i + length));
+}
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterAll(async () => {
@@ -68,7 +74,7 @@ describe("secrets in logs", () => {
     await waitFor(() => api.callsTo("sendMessage").length >= 2 && api.sent.length >= 1, 20_000, "replies attempted");
 
     // Refused gateway logins (no token, a wrong one), then an authenticated client whose call fails.
-    for (const token of [undefined, "wrong-token", GATEWAY_TOKEN.slice(0, -1)]) {
+    for (const token of [undefined, WRONG_TOKEN, GATEWAY_TOKEN.slice(0, -1)]) {
       const gw = await RawGateway.open(`ws://127.0.0.1:${port}/`);
       expect((await gw.handshake(token)).ok).toBe(false);
       gw.close();
@@ -96,6 +102,11 @@ describe("secrets in logs", () => {
     expect(out).toMatch(/Incorrect API key provided: \[redacted\]/);
     expect(out).toMatch(/gateway connection refused/);
     for (const secret of SECRETS) expect(out.includes(secret), `log output contains ${secret.slice(0, 6)}…`).toBe(false);
+    // Nor any part of one long enough to matter: a credential cut short (a refused login's
+    // near-miss, a truncated URL) gives most of it away.
+    for (const secret of SECRETS) expect(pieces(secret, 12).filter((piece) => out.includes(piece)), `log output contains part of ${secret.slice(0, 6)}…`).toEqual([]);
+    // A refused login's presented token is not logged either: it is often a typo of the real one.
+    expect(out).not.toContain(WRONG_TOKEN);
     expect(out).not.toMatch(/bot\d+:[A-Za-z0-9_-]{20,}/);
     expect(out).not.toMatch(/Bearer [A-Za-z0-9._-]{8,}/);
     // …and the chat never saw the key either (the run's error notice).

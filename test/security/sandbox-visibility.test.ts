@@ -4,7 +4,10 @@
  * send to any other session — named by key, by sessionId, by label, or by a spelling or prefix
  * trick — and the refusal must not reveal whether that session exists. That includes a lookalike:
  * a child spawned by a session whose key is the sandboxed key plus a suffix (a prefix comparison
- * of spawnedBy would let it through). Its own child stays reachable (the control case).
+ * of spawnedBy would let it through). Nor does it see further down a tree: its child's own child
+ * (spawned by the child, not by it) and another child's child stay hidden, and a label that two
+ * hidden sessions share must not make the refusal list them. Its own child stays reachable (the
+ * control case).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentTool, ToolContext } from "../../src/tools/types.js";
@@ -19,6 +22,12 @@ const MAIN = "agent:main:main";
 /** The sandboxed key plus a suffix, and a child it spawned: `spawnedBy` starts with ME but is not ME. */
 const LOOKALIKE = `${ME}1`;
 const LOOKALIKE_CHILD = "agent:main:subagent:bbbbbbbb-0000-4000-8000-000000000002";
+/** Spawned by the sandboxed group's own child: visible to that child, not to the group. */
+const GRANDCHILD = "agent:main:subagent:cccccccc-0000-4000-8000-000000000003";
+/** Spawned by another group's child. */
+const COUSIN = "agent:main:subagent:dddddddd-0000-4000-8000-000000000004";
+/** Two hidden sessions under one label: an ambiguity error must not name them. */
+const TWINS = ["agent:main:subagent:eeeeeeee-0000-4000-8000-000000000005", "agent:main:subagent:eeeeeeee-0000-4000-8000-000000000006"];
 
 let h: Harness;
 let myChild: string;
@@ -45,6 +54,9 @@ beforeAll(async () => {
   // The child runs in its own lane, which background.idle alone does not see: settle waits for
   // its run and announce too, so no late announce lands inside a test's model-request window.
   await settle(h);
+  await sessions.upsert(GRANDCHILD, "main", { spawnedBy: myChild, label: "grandchild" });
+  await sessions.upsert(COUSIN, "main", { spawnedBy: OTHER_CHILD, label: "cousin" });
+  for (const twin of TWINS) await sessions.upsert(twin, "main", { spawnedBy: OTHER, label: "twin" });
   for (const t of h.app.toolsFor({ sessionKey: ME, agentId: "main" })) tools.set(t.name, t);
 });
 afterAll(async () => {
@@ -61,6 +73,8 @@ function otherRefs(): Array<[string, Record<string, unknown>]> {
   const main = h.app.sessions.require(MAIN);
   const lookalike = h.app.sessions.require(LOOKALIKE);
   const lookalikeChild = h.app.sessions.require(LOOKALIKE_CHILD);
+  const grandchild = h.app.sessions.require(GRANDCHILD);
+  const cousin = h.app.sessions.require(COUSIN);
   return [
     ["another group by key", { sessionKey: OTHER }],
     ["another group by sessionId", { sessionKey: other.sessionId }],
@@ -90,12 +104,20 @@ function otherRefs(): Array<[string, Record<string, unknown>]> {
     ["the lookalike group's child by key", { sessionKey: LOOKALIKE_CHILD }],
     ["the lookalike group's child by sessionId", { sessionKey: lookalikeChild.sessionId }],
     ["the lookalike group's child by label", { label: "lookalike" }],
+    ["my child's own child by key", { sessionKey: GRANDCHILD }],
+    ["my child's own child by sessionId", { sessionKey: grandchild.sessionId }],
+    ["my child's own child by label", { label: "grandchild" }],
+    ["another child's child by key", { sessionKey: COUSIN }],
+    ["another child's child by sessionId", { sessionKey: cousin.sessionId }],
+    ["another child's child by label", { label: "cousin" }],
+    ["a label two hidden sessions share", { label: "twin" }],
+    ["one of them by key", { sessionKey: TWINS[0] }],
   ];
 }
 
 function leaks(result: Record<string, any>, input: Record<string, unknown>): string[] {
   const text = JSON.stringify(result);
-  const hidden = [OTHER, OTHER_CHILD, MAIN, LOOKALIKE, LOOKALIKE_CHILD];
+  const hidden = [OTHER, OTHER_CHILD, MAIN, LOOKALIKE, LOOKALIKE_CHILD, GRANDCHILD, COUSIN, ...TWINS];
   const secrets = [...hidden, ...hidden.map((key) => h.app.sessions.require(key).sessionId), "Other team", "Lookalike team"];
   const given = JSON.stringify(input).toLowerCase();
   return secrets.filter((s) => text.toLowerCase().includes(s.toLowerCase()) && !given.includes(s.toLowerCase()));
@@ -133,6 +155,9 @@ describe("sandboxed session visibility (R9, R42)", () => {
       main: (await transcriptOf(MAIN)).length,
       lookalike: (await transcriptOf(LOOKALIKE)).length,
       lookalikeChild: (await transcriptOf(LOOKALIKE_CHILD)).length,
+      grandchild: (await transcriptOf(GRANDCHILD)).length,
+      cousin: (await transcriptOf(COUSIN)).length,
+      twins: (await Promise.all(TWINS.map(transcriptOf))).map((t) => t.length),
     });
     const before = await lengths();
     const requests = h.model.requests.length;
