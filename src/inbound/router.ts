@@ -5,8 +5,9 @@
  *
  * Every inbound message is written to the `inbound` space before the adapter is told it was
  * accepted, and marked done after its reply is in the outbox; after a crash, unfinished ones are
- * processed again (one already in its transcript is not recorded twice), and the deterministic
- * outbox id (`reply:<inbound id>`) keeps the reply single.
+ * processed again (one already in its transcript is not recorded twice, and one whose run had
+ * already answered is not run again), and the deterministic outbox id (`reply:<inbound id>`)
+ * keeps the reply single.
  * A denied session still records what was said (deny means "don't deliver", not "don't listen").
  */
 import type pino from "pino";
@@ -29,7 +30,7 @@ import { BoundedMap } from "../util/bounded-map.js";
 interface InboundRecord {
   id: string;
   msg: InboundMessage;
-  state: "pending" | "recorded" | "done";
+  state: "pending" | "done";
   receivedAt: number;
 }
 
@@ -88,7 +89,7 @@ const DONE_RETENTION_MS = 24 * 3600_000;
 const TYPING_DELAY_MS = 500;
 /** …at most once per chat in this long (Telegram shows it for 5 s, Discord for 10 s). */
 const TYPING_MIN_GAP_MS = 4000;
-/** How far back a resumed message is looked for in its transcript. */
+/** How far back a resumed message (and its run's answer) is looked for in its transcript. */
 const RESUME_LOOKBACK = 50;
 /** Done inbound ids remembered in memory for dedupe (at least half as many; the store keeps a day). */
 const MAX_DONE_IDS = 200_000;
@@ -289,16 +290,13 @@ export class InboundRouter {
     // The entry write is not on the reply's path: the store commits in issue order, so the reply
     // cannot be sent (its outbox record committed) before the entry is stored; finish() awaits it
     // so that a failed write leaves the message pending, to be resumed.
-    let entryWritten: Promise<void> | undefined;
-    if (rec.state === "pending") {
-      const { entry, written } = this.stageTouch(route, msg);
-      entryWritten = written;
-      written.catch(() => undefined);
-      const ref = { path: sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
-      const said: TranscriptMessage = { role: "user", content: msg.text, timestamp: msg.timestamp || Date.now(), provenance: { kind: "external_user" }, sender: { id: msg.senderId, ...(msg.senderName ? { name: msg.senderName } : {}), channel: msg.channel } };
-      // A message resumed after a crash may already be in the transcript: never record it twice.
-      if (!this.resumed.has(rec.id) || !(await this.recorded(ref.path, said))) await transcripts.appendMessage(ref, said);
-    }
+    const { entry, written: entryWritten } = this.stageTouch(route, msg);
+    entryWritten.catch(() => undefined);
+    const ref = { path: sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+    const said: TranscriptMessage & { role: "user" } = { role: "user", content: msg.text, timestamp: msg.timestamp || Date.now(), provenance: { kind: "external_user" }, sender: { id: msg.senderId, ...(msg.senderName ? { name: msg.senderName } : {}), channel: msg.channel } };
+    // A message resumed after a crash may already be in the transcript, and answered there.
+    const prior = this.resumed.has(rec.id) ? await this.priorRun(ref.path, said) : { recorded: false as const };
+    if (!prior.recorded) await transcripts.appendMessage(ref, said);
 
     if (msg.chatType !== "direct" && this.requiresMention(msg) && !msg.wasMentioned) {
       log.debug("group message recorded; not mentioned, no run");
@@ -311,7 +309,9 @@ export class InboundRouter {
     }
     const replyId = `reply:${rec.id}`;
     if (!outbox.has(replyId)) {
-      const outcome = await this.runWithTyping(route, msg, rec.id, target);
+      // A run that had finished when the process died answers as it did: asking the model again
+      // would record a second answer (and could give a different one).
+      const outcome = prior.recorded && prior.reply !== undefined ? ({ status: "ok", reply: prior.reply, usage: { input: 0, output: 0 } } as const) : await this.runWithTyping(route, msg, rec.id, target);
       const text = replyText(outcome);
       if (text) await outbox.enqueue({ id: replyId, sessionKey: route.sessionKey, target, text, kind: "reply" });
     }
@@ -373,10 +373,20 @@ export class InboundRouter {
     return entry;
   }
 
-  /** Whether the transcript's recent messages already hold this inbound message (same sender, time and text). */
-  private async recorded(file: string, said: TranscriptMessage & { role: "user" }): Promise<boolean> {
+  /**
+   * What the transcript's recent messages hold of a resumed inbound message (same sender, time and
+   * text): whether it is recorded, and the answer of its run when that run got as far as a final
+   * reply (the last message before the next user turn, without tool calls).
+   */
+  private async priorRun(file: string, said: TranscriptMessage & { role: "user" }): Promise<{ recorded: false } | { recorded: true; reply?: string }> {
     const recent = await this.deps.transcripts.readMessages(file, RESUME_LOOKBACK);
-    return recent.some((m) => m.role === "user" && m.content === said.content && m.timestamp === said.timestamp && m.sender?.id === said.sender?.id);
+    const at = recent.findLastIndex((m) => m.role === "user" && m.content === said.content && m.timestamp === said.timestamp && m.sender?.id === said.sender?.id);
+    if (at < 0) return { recorded: false };
+    let last: TranscriptMessage | undefined;
+    for (let i = at + 1; i < recent.length && recent[i].role !== "user"; i++) last = recent[i];
+    if (last?.role !== "assistant" || last.stopReason !== "stop") return { recorded: true };
+    const reply = last.content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join("");
+    return { recorded: true, reply: reply.trim() };
   }
 
   private stageTouch(route: Route, msg: InboundMessage) {

@@ -50,6 +50,44 @@ describe("restart keeps arrival order", () => {
     release();
   });
 
+  it("restart: a message whose run had answered before the process died is answered with that answer, without a second model call or a second answer in its transcript", async () => {
+    const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-answered-"));
+    dirs.push(stateDir);
+    // Daemon A accepts two messages and hangs in its model calls. Before it "dies", the first
+    // run's final answer reaches the transcript (as when a kill lands between the run's last
+    // append and the reply's outbox record); the second run only got as far as a tool call.
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    // One session per chat, so that the two runs are under way at once.
+    const config = { session: { dmScope: "per-channel-peer" as const } };
+    const a = await startHarness({ stateDir, config, adapters: [new RecordingAdapter("telegram")], responder: async () => (await gate, { content: "late" }) });
+    harnesses.push(a);
+    const answered = inbound({ peerId: "51", to: "51", senderId: "51", text: "what is 6×7?", messageId: "51:1" });
+    const midTools = inbound({ peerId: "52", to: "52", senderId: "52", text: "look it up", messageId: "52:1" });
+    await Promise.all([a.app.router.accept(answered), a.app.router.accept(midTools)]);
+    await vi.waitFor(() => expect(a.model.requests).toHaveLength(2));
+    const refOf = (key: string) => {
+      const entry = a.app.sessions.require(key);
+      return { path: a.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key };
+    };
+    await a.app.transcripts.appendMessage(refOf("agent:main:telegram:direct:51"), { role: "assistant", content: [{ type: "text", text: " 42, as before the crash " }], timestamp: Date.now(), stopReason: "stop" });
+    await a.app.transcripts.appendMessage(refOf("agent:main:telegram:direct:52"), { role: "assistant", content: [{ type: "toolCall", id: "call-1", name: "sessions_list", arguments: {} }], timestamp: Date.now(), stopReason: "toolUse" });
+
+    // Daemon B resumes both: the first is answered from its transcript, the second runs again.
+    const adapter = new RecordingAdapter("telegram");
+    const b = await startHarness({ stateDir, config, adapters: [adapter] });
+    harnesses.push(b);
+    await vi.waitFor(() => expect(adapter.sent).toHaveLength(2), { timeout: 10_000 });
+    expect(adapter.textsTo("51")).toEqual(["42, as before the crash"]);
+    expect(adapter.textsTo("52")).toEqual(["echo: look it up"]);
+    expect(b.model.requests.map((r) => r.messages.filter((m) => m.role === "user").at(-1)?.content)).toEqual(["look it up"]);
+    await b.app.transcripts.flush();
+    const roles = async (key: string) => (await b.app.transcripts.readMessages(b.app.sessions.transcriptPath(b.app.sessions.require(key)))).map((m) => m.role);
+    expect(await roles("agent:main:telegram:direct:51")).toEqual(["user", "assistant"]);
+    expect(await roles("agent:main:telegram:direct:52")).toEqual(["user", "assistant", "assistant"]);
+    release();
+  });
+
   it("at start, inbound ids done more than a day ago are pruned — all of them — and newer ones still dedupe a redelivery", async () => {
     const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-prune-"));
     dirs.push(stateDir);
