@@ -20,8 +20,10 @@
  * adapters/telegram/index.ts): the outbox then records `unknown_after_send` and does not send again
  * (a duplicate is the worse failure). A kill after the store's `attempted` mark but before the
  * journal line is not that window: the chunk is sent after the restart, and must be answered. The
- * fake tells the window apart exactly — it never received the request — and the test counts it
- * separately and prints it, instead of letting it pass as "answered" or fail as a lost message.
+ * test tells the window apart exactly — the kill left the send started with its journal line
+ * written, and the fake never received the request — and counts it separately and prints it,
+ * instead of letting it pass as "answered" or fail as a lost message. Transcripts must hold each
+ * message and its answer once: a message resumed after its run had answered is not run again.
  * (A kill while the fake holds a received send is not that window: like Telegram, the fake
  * delivers what it received, and the restarted daemon must not send it again.)
  */
