@@ -61,6 +61,10 @@ export type ConnectParams = z.infer<typeof ConnectParams>;
 const Kind = z.enum(["main", "group", "cron", "hook", "node", "other"]);
 const Limit = (max: number) => z.number().int().min(1).max(max);
 const IdempotencyKey = z.string().min(1).max(256);
+/** A session key or sessionId: a blank one would canonicalise to the empty key. */
+const SessionRef = z.string().min(1).refine((s) => s.trim().length > 0, "must not be blank");
+/** Stored trimmed, as the session tools store it. */
+const Label = z.string().trim().min(1, "must not be blank").max(64);
 const Channel = z.enum(["webchat", "telegram", "discord", "whatsapp"]);
 
 export const Params = {
@@ -78,25 +82,25 @@ export const Params = {
     includeArchived: z.boolean().optional(),
     messageLimit: z.number().int().min(0).max(50).optional(),
   }),
-  "sessions.resolve": z.strictObject({ key: z.string().min(1).optional(), sessionId: z.string().min(1).optional(), label: z.string().min(1).optional(), agentId: z.string().optional(), spawnedBy: z.string().optional() }),
+  "sessions.resolve": z.strictObject({ key: SessionRef.optional(), sessionId: SessionRef.optional(), label: z.string().min(1).optional(), agentId: z.string().optional(), spawnedBy: z.string().optional() }),
   "sessions.patch": z.strictObject({
-    key: z.string().min(1),
+    key: SessionRef,
     sendPolicy: z.enum(["allow", "deny"]).nullable().optional(),
-    label: z.string().min(1).max(64).nullable().optional(),
+    label: Label.nullable().optional(),
     model: z.string().min(1).nullable().optional(),
     thinkingLevel: z.string().min(1).max(32).nullable().optional(),
     verboseLevel: z.string().min(1).max(32).nullable().optional(),
-    spawnedBy: z.string().min(1).nullable().optional(),
+    spawnedBy: SessionRef.nullable().optional(),
   }),
-  "sessions.reset": z.strictObject({ key: z.string().min(1) }),
-  "sessions.delete": z.strictObject({ key: z.string().min(1), deleteTranscript: z.boolean().optional() }),
-  "chat.history": z.strictObject({ sessionKey: z.string().min(1), limit: Limit(1000).optional() }),
-  "chat.send": z.strictObject({ sessionKey: z.string().min(1), message: z.string().min(1, "message required"), idempotencyKey: IdempotencyKey, thinking: z.string().optional(), deliver: z.boolean().optional(), timeoutMs: z.number().int().min(0).optional() }),
+  "sessions.reset": z.strictObject({ key: SessionRef }),
+  "sessions.delete": z.strictObject({ key: SessionRef, deleteTranscript: z.boolean().optional() }),
+  "chat.history": z.strictObject({ sessionKey: SessionRef, limit: Limit(1000).optional() }),
+  "chat.send": z.strictObject({ sessionKey: SessionRef, message: z.string().min(1, "message required"), idempotencyKey: IdempotencyKey, thinking: z.string().optional(), deliver: z.boolean().optional(), timeoutMs: z.number().int().min(0).optional() }),
   agent: z.strictObject({
     message: z.string().min(1, "message required"),
     idempotencyKey: IdempotencyKey,
-    sessionKey: z.string().min(1).optional(),
-    sessionId: z.string().min(1).optional(),
+    sessionKey: SessionRef.optional(),
+    sessionId: SessionRef.optional(),
     agentId: z.string().min(1).optional(),
     deliver: z.boolean().optional(),
     channel: z.union([Channel, z.literal("last")]).optional(),
@@ -107,15 +111,15 @@ export const Params = {
     inputProvenance: z.strictObject({ kind: z.enum(["external_user", "inter_session", "internal_system"]), sourceSessionKey: z.string().optional(), sourceChannel: z.string().optional(), sourceTool: z.string().optional() }).optional(),
     lane: z.enum(["main", "nested", "subagent"]).optional(),
     timeout: z.number().min(0).optional(),
-    label: z.string().min(1).max(64).optional(),
-    spawnedBy: z.string().min(1).optional(),
+    label: Label.optional(),
+    spawnedBy: SessionRef.optional(),
     thinking: z.string().optional(),
   }),
   "agent.wait": z.strictObject({ runId: z.string().min(1), timeoutMs: z.number().int().min(0).max(24 * 3600_000).optional() }),
-  send: z.strictObject({ to: z.string().min(1), message: z.string().min(1, "message required"), channel: Channel, accountId: z.string().min(1).optional(), threadId: z.union([z.string(), z.number()]).optional(), sessionKey: z.string().min(1).optional(), idempotencyKey: IdempotencyKey }),
+  send: z.strictObject({ to: z.string().min(1), message: z.string().min(1, "message required"), channel: Channel, accountId: z.string().min(1).optional(), threadId: z.union([z.string(), z.number()]).optional(), sessionKey: SessionRef.optional(), idempotencyKey: IdempotencyKey }),
   health: z.strictObject({}),
   status: z.strictObject({}),
-  "node.event": z.strictObject({ message: z.string().min(1), idempotencyKey: IdempotencyKey, sessionKey: z.string().min(1).optional() }),
+  "node.event": z.strictObject({ message: z.string().min(1), idempotencyKey: IdempotencyKey, sessionKey: SessionRef.optional() }),
 } as const;
 
 export type MethodName = keyof typeof Params;

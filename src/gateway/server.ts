@@ -230,8 +230,23 @@ export class Gateway {
 
   private sendError(conn: Connection, id: string | null, error: ErrorShape, close = false): void {
     this.sendRes(conn, { type: "res", id: id ?? "", ok: false, error } as ResponseFrame);
-    if (close) conn.ws.close(1008, error.message.slice(0, 120));
+    if (close) conn.ws.close(1008, closeReason(error.message));
   }
+}
+
+/** WebSocket allows a close reason of 123 UTF-8 bytes; a longer one makes `close` throw. */
+const MAX_CLOSE_REASON_BYTES = 123;
+
+/** `text` cut to a close reason: whole code points only, within the byte limit. */
+export function closeReason(text: string): string {
+  let out = "";
+  let bytes = 0;
+  for (const ch of text) {
+    bytes += Buffer.byteLength(ch);
+    if (bytes > MAX_CLOSE_REASON_BYTES) break;
+    out += ch;
+  }
+  return out;
 }
 
 /** A string anywhere in `value` (keys included) holding an unpaired UTF-16 surrogate. */

@@ -83,6 +83,8 @@ export class SessionStore {
    * `written` later instead of paying one commit on its critical path (bench/).
    */
   stage(key: string, agentId: string, patch: { [K in keyof SessionPatch]?: SessionPatch[K] | null } = {}): { entry: SessionEntry; written: Promise<void> } {
+    // Every entry point checks its keys; this is the last line before a keyless entry is stored.
+    if (!key.trim()) throw new Error(`session key must not be blank (agent ${agentId})`);
     const prev = this.byKey.get(key);
     const now = this.stamp(prev?.updatedAt);
     const next: SessionEntry = prev ? { ...prev } : { key, sessionId: randomUUID(), agentId, createdAt: now, updatedAt: now };

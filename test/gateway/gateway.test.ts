@@ -1,6 +1,7 @@
 import WebSocket from "ws";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { GatewayCallError } from "../../src/gateway/client.js";
+import { closeReason } from "../../src/gateway/server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 
@@ -93,6 +94,60 @@ describe("gateway robustness", () => {
     s.ws.send(JSON.stringify({ type: "req", id: "4", method: "health", params: {} }));
     expect(await s.next()).toMatchObject({ id: "4", ok: true });
     s.ws.close();
+  });
+});
+
+describe("gateway close reasons", () => {
+  it.each([
+    ["short ASCII, kept", "bad token", "bad token"],
+    ["long ASCII, cut to 123 bytes", "a".repeat(300), "a".repeat(123)],
+    ["3-byte characters, whole ones within 123 bytes", "€".repeat(100), "€".repeat(41)],
+    ["a 4-byte character never split", `${"a".repeat(121)}😀b`, "a".repeat(121)],
+    ["a lone surrogate counts as its 3-byte replacement", `${"a".repeat(120)}\ud800z`, `${"a".repeat(120)}\ud800`],
+  ])("%s", (_what, text, reason) => {
+    expect(closeReason(text)).toBe(reason);
+    expect(Buffer.byteLength(closeReason(text))).toBeLessThanOrEqual(123);
+  });
+
+  it("a refused first frame with a long non-ASCII method closes the socket with 1008 (its reason fits the limit)", async () => {
+    h = await startHarness();
+    const s = await rawSocket(h.url);
+    await s.next();
+    const closed = new Promise<{ code: number; reason: string }>((resolve) => s.ws.once("close", (code, reason) => resolve({ code, reason: reason.toString() })));
+    s.ws.send(JSON.stringify({ type: "req", id: "x", method: "мет".repeat(40), params: {} }));
+    expect(await s.next()).toMatchObject({ id: "x", ok: false });
+    const { code, reason } = await closed;
+    expect(code).toBe(1008);
+    expect(reason.length).toBeGreaterThan(0);
+    expect(Buffer.byteLength(reason)).toBeLessThanOrEqual(123);
+  });
+});
+
+describe("gateway session references", () => {
+  it.each([
+    ["sessions.patch", { key: "   ", sendPolicy: "deny" }, /key: must not be blank/],
+    ["sessions.reset", { key: "\t" }, /key: must not be blank/],
+    ["sessions.delete", { key: " " }, /key: must not be blank/],
+    ["chat.history", { sessionKey: "  " }, /sessionKey: must not be blank/],
+    ["agent", { sessionKey: " ", message: "hi", idempotencyKey: "blank-key" }, /sessionKey: must not be blank/],
+    ["sessions.patch", { key: "main", label: "   " }, /label: must not be blank/],
+    ["agent", { message: "hi", idempotencyKey: "blank-label", label: " \n " }, /label: must not be blank/],
+    ["sessions.patch", { key: "main", label: "x".repeat(65) }, /label/],
+  ])("%s with a blank key or label is INVALID_REQUEST naming it, and stores nothing (%j)", async (method, params, message) => {
+    h = await startHarness();
+    const c = await h.client();
+    const before = h.app.sessions.size;
+    await expect(c.request(method, params)).rejects.toMatchObject({ code: "INVALID_REQUEST", message: expect.stringMatching(message) });
+    expect(h.app.sessions.size).toBe(before);
+    expect(h.app.sessions.get("")).toBeUndefined();
+    expect(h.model.requests).toHaveLength(0);
+  });
+
+  it("a label is stored trimmed, as the session tools store it", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "main", label: "  research  " });
+    expect(h.app.sessions.require("agent:main:main").label).toBe("research");
   });
 });
 

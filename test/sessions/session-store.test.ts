@@ -24,6 +24,13 @@ async function open(dir?: string) {
 }
 
 describe("session store (SQLite through keyv)", () => {
+  it.each(["", " ", "\t\n"])("a blank session key (%j) is refused with a clear error, and nothing is stored", async (key) => {
+    const { store, kv } = await open();
+    await expect(store.upsert(key, "main", { label: "x" })).rejects.toThrow(/session key must not be blank/);
+    expect(store.size).toBe(0);
+    expect(await kv.space("sessions").entries()).toEqual([]);
+  });
+
   it("persists every row field and reloads it from SQLite", async () => {
     const { store, kv, stateDir } = await open();
     const created = await store.upsert("agent:main:telegram:group:-1", "main", {
