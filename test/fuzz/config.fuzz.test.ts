@@ -5,6 +5,10 @@
  * values behind "${ENV}" references. Every case ends in a valid, frozen Config or a ConfigError
  * naming each problem with its path — never another exception, never a hang — and where the
  * outcome is known (an unknown key, a port out of range) it is the ConfigError naming that path.
+ * A Config is whole: it passes the schema again unchanged, every section there. A Config made
+ * from a mutated example holds the mutated value as given (or the schema's default when it was
+ * left out) and everything else as the example gives it; a ConfigError for it names only the
+ * mutated path or paths under it.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -13,8 +17,8 @@ import fc from "fast-check";
 import JSON5 from "json5";
 import { afterAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { ConfigError, loadConfigFile, parseConfig } from "../../src/config/load.js";
-import { ConfigSchema } from "../../src/config/schema.js";
+import { ConfigError, formatIssues, loadConfigFile, parseConfig } from "../../src/config/load.js";
+import { ConfigSchema, type Config } from "../../src/config/schema.js";
 import { assertSafeBind } from "../../src/daemon.js";
 import { FUZZ_SEED, hostileString, hostileValue } from "../helpers/hostile.js";
 
@@ -101,52 +105,144 @@ function problemsOf(what: string, run: () => unknown): string[] {
   throw new Error(`${what}: accepted, expected a ConfigError`);
 }
 
-let lastProblems: string[] = [];
+const SECTIONS = Object.keys(ConfigSchema.shape);
+const isRecord = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+const own = (o: Record<string, unknown>, k: string) => (Object.hasOwn(o, k) ? o[k] : undefined);
+const shown = (v: unknown) => (v === undefined ? "undefined" : (JSON.stringify(v)?.slice(0, 120) ?? String(v)));
+
+/**
+ * The first place where `got` differs from `want`, or undefined. A key holding undefined counts as
+ * absent, as it does for the schema. `partial`: only what `want` holds is compared, since the
+ * schema fills defaults in beside what was given.
+ */
+function firstDifference(want: unknown, got: unknown, at: string[], partial: boolean): string | undefined {
+  if (Array.isArray(want) && Array.isArray(got)) {
+    if (want.length !== got.length) return `${where(at)}: expected ${want.length} items, got ${got.length}`;
+    for (let i = 0; i < want.length; i++) {
+      const d = firstDifference(want[i], got[i], [...at, String(i)], partial);
+      if (d) return d;
+    }
+    return undefined;
+  }
+  if (isRecord(want) && isRecord(got)) {
+    for (const k of new Set([...Object.keys(want), ...(partial ? [] : Object.keys(got))])) {
+      if (partial && own(want, k) === undefined) continue;
+      const d = firstDifference(own(want, k), own(got, k), [...at, k], partial);
+      if (d) return d;
+    }
+    return undefined;
+  }
+  return Object.is(want, got) ? undefined : `${where(at)}: expected ${shown(want)}, got ${shown(got)}`;
+}
+
+type Outcome = { kind: "ok"; config: Config } | { kind: "error"; problems: string[] };
 
 /** The outcome must be a valid Config or a ConfigError listing problems with paths. */
-function checkOutcome(run: () => unknown): "ok" | "error" {
+function checkOutcome(run: () => unknown): Outcome {
   let config: unknown;
   try {
     config = run();
   } catch (err) {
     if (!(err instanceof ConfigError)) throw new Error(`not a ConfigError: ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`);
     if (!err.problems.length || err.problems.some((p) => typeof p !== "string" || !/.: ./s.test(p))) throw new Error(`unclear problems: ${JSON.stringify(err.problems)}`);
-    lastProblems = err.problems;
-    return "error";
+    return { kind: "error", problems: err.problems };
   }
-  if (!config || typeof config !== "object" || !Object.isFrozen(config)) throw new Error("config is not a frozen object");
-  const c = config as { stateDir: unknown; gateway: { port: unknown; bind: unknown }; agents: { list: unknown[] } };
-  if (typeof c.stateDir !== "string" || typeof c.gateway.port !== "number" || typeof c.gateway.bind !== "string" || !c.agents.list.length) throw new Error("a parsed config misses defaults");
+  if (!isRecord(config) || !Object.isFrozen(config)) throw new Error("config is not a frozen object");
+  // interfaces §2: one zod schema is the source of truth — what the loader hands the daemon is
+  // what that schema makes of it, every section there with its defaults, nothing dropped.
+  const missing = SECTIONS.filter((k) => own(config, k) === undefined);
+  if (missing.length) throw new Error(`the Config lacks the section(s) ${missing.join(", ")}`);
+  const again = ConfigSchema.safeParse(config);
+  if (!again.success) throw new Error(`the Config does not pass the schema: ${formatIssues(again.error).join("; ")}`);
+  const refilled = firstDifference(again.data, config, [], false);
+  if (refilled) throw new Error(`the Config is not what the schema makes of it (parsing it again changes ${refilled})`);
   // What start() checks next must also be a clear error, not a crash.
   try {
     assertSafeBind(config as never);
   } catch (err) {
     if (!(err instanceof Error) || !/refusing to bind/.test(err.message)) throw err;
   }
-  return "ok";
+  return { kind: "ok", config: config as Config };
+}
+
+/** The schema for the value at `at` (through defaults, optionals, arrays and records). */
+function schemaAt(at: string[]): z.ZodType {
+  let s: z.ZodType = ConfigSchema;
+  for (const key of at) {
+    while (s instanceof z.ZodDefault || s instanceof z.ZodOptional) s = s.unwrap() as z.ZodType;
+    if (s instanceof z.ZodObject) s = s.shape[key] as z.ZodType;
+    else if (s instanceof z.ZodArray) s = s.element as z.ZodType;
+    else if (s instanceof z.ZodRecord) s = s.valueType as z.ZodType;
+    else throw new Error(`no schema at ${at.join(".")}`);
+    if (!s) throw new Error(`no schema at ${at.join(".")}`);
+  }
+  return s;
+}
+
+/**
+ * The value given at `at` as the loader must hand it back, with the empty environment the fuzz
+ * uses: "${ENV_NAME}" reads the environment (interfaces §1), so an unset name reads as ""; and an
+ * empty gateway token is no token (SWITCHBOARD_GATEWAY_TOKEN may supply one).
+ */
+function asLoaded(value: unknown, at: string[]): unknown {
+  if (typeof value === "string") {
+    const s = value.replace(/\$\{[A-Z_][A-Z0-9_]*\}/g, "");
+    return s === "" && at.join(".") === "gateway.auth.token" ? undefined : s;
+  }
+  if (Array.isArray(value)) return value.map((v, i) => asLoaded(v, [...at, String(i)]));
+  if (isRecord(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, asLoaded(v, [...at, k])]));
+  return value;
+}
+
+function valueAt(root: unknown, at: string[]): unknown {
+  let node = root;
+  for (const key of at) node = isRecord(node) || Array.isArray(node) ? own(node as Record<string, unknown>, key) : undefined;
+  return node;
+}
+
+/** A copy of `root` without the value at `at`. */
+function withoutAt(root: unknown, at: string[]): unknown {
+  const copy = structuredClone(root);
+  const parent = valueAt(copy, at.slice(0, -1));
+  if (isRecord(parent) || Array.isArray(parent)) delete (parent as Record<string, unknown>)[at[at.length - 1]];
+  return copy;
 }
 
 describe("config parsing under hostile input", () => {
-  it("fuzz: 1000 arbitrary values given as a config give a Config or a ConfigError with paths", () => {
+  it("fuzz: 1000 arbitrary values given as a config give a whole Config (interfaces §2: what the one schema makes of it) or a ConfigError with paths", () => {
     const seen = { ok: 0, error: 0 };
     fc.assert(
       fc.property(fc.oneof(hostileValue, fc.anything(), fc.object()), (raw) => {
-        seen[checkOutcome(() => parseConfig(raw, "<fuzz>", {}))]++;
+        seen[checkOutcome(() => parseConfig(raw, "<fuzz>", {})).kind]++;
       }),
       { numRuns: 1000, seed: FUZZ_SEED + 3 },
     );
     expect(seen.error).toBeGreaterThan(0);
   });
 
-  it("fuzz: 1500 mutations of the example config (one value replaced at a random path) give a Config or a ConfigError naming that path", () => {
+  it("fuzz: 1500 mutations of the example config (one value replaced at a random path) give a Config holding that value as given (or its default when left out) and the rest of the example, or a ConfigError naming only that path or paths under it", () => {
     const seen = { ok: 0, error: 0 };
+    const example0 = parseConfig(example, "<fuzz>", {});
     fc.assert(
       fc.property(fc.constantFrom(...PATHS), fc.oneof(hostileValue, fc.anything()), (at, value) => {
         const mutated = withValueAt(example, at, value);
+        const path = at.join(".");
         try {
           const outcome = checkOutcome(() => parseConfig(mutated, "<fuzz>", {}));
-          seen[outcome]++;
-          if (outcome === "error" && !lastProblems.some((p) => p.startsWith(`${at[0]}`))) throw new Error(`problems do not name ${at[0]}: ${JSON.stringify(lastProblems)}`);
+          seen[outcome.kind]++;
+          // A left-out value is the schema's default, or an error when the schema has none.
+          const fallback = value === undefined ? schemaAt(at).safeParse(undefined) : undefined;
+          if (outcome.kind === "error") {
+            const elsewhere = outcome.problems.filter((p) => !p.startsWith(`${path}: `) && !p.startsWith(`${path}.`));
+            if (elsewhere.length) throw new Error(`problems name other paths than ${path}: ${JSON.stringify(elsewhere)} (all: ${JSON.stringify(outcome.problems)})`);
+            if (fallback?.success) throw new Error(`left out, ${path} takes its default ${shown(fallback.data)}, yet got ${JSON.stringify(outcome.problems)}`);
+            return;
+          }
+          if (fallback && !fallback.success) throw new Error(`${path} has no default, yet leaving it out gave a Config`);
+          const given = fallback ? firstDifference(fallback.data, valueAt(outcome.config, at), at, false) : firstDifference(asLoaded(value, at), valueAt(outcome.config, at), at, true);
+          if (given) throw new Error(`accepted, but the Config does not hold the value given at ${path}: ${given}`);
+          const rest = firstDifference(withoutAt(example0, at), withoutAt(outcome.config, at), [], false);
+          if (rest) throw new Error(`accepted, but a value outside ${path} changed: ${rest}`);
         } catch (err) {
           throw new Error(`at ${at.join(".")} = ${JSON.stringify(value)?.slice(0, 100)}: ${(err as Error).message}`);
         }
@@ -211,7 +307,7 @@ describe("config parsing under hostile input", () => {
     it(`the file ${JSON.stringify(text)} gives ${at === null ? "a valid Config" : `a ConfigError naming ${at}${key ? ` and "${key}"` : ""}`}`, () => {
       const file = path.join(dir, "fixed.json5");
       writeFileSync(file, text);
-      if (at === null) return void expect(checkOutcome(() => loadConfigFile(file, {}))).toBe("ok");
+      if (at === null) return void expect(checkOutcome(() => loadConfigFile(file, {})).kind).toBe("ok");
       const problems = problemsOf(JSON.stringify(text), () => loadConfigFile(file, {}));
       expect(problems.some((p) => p.startsWith(`${at}: `) && (key === undefined || p.includes(`"${key}"`))), JSON.stringify(problems)).toBe(true);
     });
@@ -242,6 +338,6 @@ describe("config parsing under hostile input", () => {
       { numRuns: 200, seed: FUZZ_SEED + 6 },
     );
     // A missing file is a ConfigError too.
-    expect(checkOutcome(() => loadConfigFile(path.join(dir, "does-not-exist.json5"), {}))).toBe("error");
+    expect(checkOutcome(() => loadConfigFile(path.join(dir, "does-not-exist.json5"), {})).kind).toBe("error");
   });
 });

@@ -4,11 +4,14 @@
  * strings holding lone surrogates, binary and oversized frames — on one authenticated
  * connection, and random first frames on fresh connections. Every frame gets a well-formed
  * response (ok, or an error with a known code and a message) within a bound, never UNAVAILABLE
- * (in this harness that code can only mean an exception escaped a handler); a frame with a lone
- * surrogate in its id, method or params gets INVALID_REQUEST; the connection and the daemon stay
- * up; afterwards the store holds only well-formed session entries.
+ * (in this harness that code can only mean an exception escaped a handler); the response carries
+ * the frame's own id, and a frame without a usable id gets INVALID_REQUEST; a frame with a lone
+ * surrogate in its id, method or params gets INVALID_REQUEST; no error escapes the daemon to the
+ * process (it runs in this process); the connection and the daemon stay up; afterwards the store
+ * holds only well-formed session entries.
  */
 import fc from "fast-check";
+import { inspect } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Params } from "../../src/gateway/protocol.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
@@ -25,15 +28,39 @@ const CASE_BOUND_MS = 5000;
 const ERROR_CODES = new Set(["INVALID_REQUEST", "UNAUTHORIZED", "FORBIDDEN", "NOT_FOUND", "UNAVAILABLE", "AGENT_TIMEOUT"]);
 const METHODS = Object.keys(Params);
 
+/**
+ * Errors that escaped the daemon to the process. The harness runs the daemon in this process, so
+ * a throw from a timer or an unawaited promise lands here; in production it would kill the daemon
+ * (uncaughtException) or be logged and forgotten (unhandledRejection) — a crash either way, which
+ * the answers alone do not show: the frame that caused it may still have been answered.
+ */
+const escaped: string[] = [];
+const onUncaught = (err: unknown) => void escaped.push(`uncaughtException: ${inspect(err).slice(0, 600)}`);
+const onRejection = (reason: unknown) => void escaped.push(`unhandledRejection: ${inspect(reason).slice(0, 600)}`);
+
+/** Reported once, by the test during which they escaped. */
+function assertNothingEscaped(after: string): void {
+  const found = escaped.splice(0);
+  if (found.length) throw new Error(`${found.length} error(s) escaped the daemon to the process (a crash), noticed after ${after}; the first: ${found[0]}`);
+}
+
 let h: Harness;
 beforeAll(async () => {
+  process.on("uncaughtException", onUncaught);
+  process.on("unhandledRejection", onRejection);
   h = await startHarness({
     config: { gateway: { auth: { token: TOKEN }, maxPayload: MAX_PAYLOAD }, agents: { defaults: { runTimeoutSeconds: 5 } } },
     adapters: [new RecordingAdapter("telegram"), new RecordingAdapter("discord"), new RecordingAdapter("whatsapp")],
   });
 });
 afterAll(async () => {
-  await h?.stop();
+  try {
+    await h?.stop();
+    assertNothingEscaped("the daemon stopped");
+  } finally {
+    process.off("uncaughtException", onUncaught);
+    process.off("unhandledRejection", onRejection);
+  }
 });
 
 const sessionKey = fc.oneof(hostileString, fc.constantFrom("main", "agent:main:main", "agent:main:telegram:group:-100123", "agent:main:discord:channel:42", "agent:main:webchat:direct:op"), fc.stringMatching(/^agent:main:(telegram|discord|whatsapp):(group|channel|direct):[a-z0-9-]{1,12}$/));
@@ -67,11 +94,11 @@ function paramsFor(method: string): fc.Arbitrary<unknown> {
   );
 }
 
-type Frame = { kind: "text"; data: string; id?: string } | { kind: "binary"; data: Buffer };
+type Frame = { kind: "text"; data: string } | { kind: "binary"; data: Buffer };
 
 let seq = 0;
 
-/** A request frame's text; `id: null` puts `badId` in the frame and expects the answer under any id. */
+/** A request frame's text, under a fresh id or else `badId`. */
 function textFrame(method: string, params: unknown, extra?: unknown, badId?: string): Frame {
   const id = `f${++seq}`;
   // agent.wait legitimately waits as long as asked (30 s by default) for a run that may come;
@@ -84,7 +111,7 @@ function textFrame(method: string, params: unknown, extra?: unknown, badId?: str
   const frame: Record<string, unknown> = { type: "req", id: badId ?? id, method, ...(params === undefined ? {} : { params }) };
   if (extra !== undefined) frame.extra = extra;
   // JSON.stringify writes a lone surrogate as a \uXXXX escape, so it survives the UTF-8 wire.
-  return { kind: "text", data: JSON.stringify(frame), ...(badId === undefined ? { id } : {}) };
+  return { kind: "text", data: JSON.stringify(frame) };
 }
 
 const requestFrame = fc
@@ -126,6 +153,51 @@ const anyFrame: fc.Arbitrary<Frame> = fc.oneof(
   { weight: 1, arbitrary: fc.uint8Array({ maxLength: 64 }).map((b): Frame => ({ kind: "binary", data: Buffer.from(b) })) },
   { weight: 1, arbitrary: fc.integer({ min: MAX_PAYLOAD + 1, max: MAX_PAYLOAD * 2 }).map((n): Frame => ({ kind: "text", data: JSON.stringify({ type: "req", id: `big${n}`, method: "health", params: { pad: "x".repeat(n) } }) })) },
 );
+
+const show = (frame: Frame) => (frame.kind === "text" ? frame.data.slice(0, 300) : `<binary ${frame.data.toString("hex").slice(0, 128)}>`);
+
+/** The id the server can read from a frame: a string `id` in a JSON object, as it decodes the UTF-8 wire. */
+type IdRule = { usable: true; id: string } | { usable: false; why: string; expected: string; allows: (id: string) => boolean };
+
+/**
+ * interfaces §3: a response carries its request's id ("id": "<same>"). A frame the server cannot
+ * take an id from — binary, not JSON, no string id — is still answered, with INVALID_REQUEST
+ * ("bad JSON … → an error response naming the problem"), under the empty id; for text that is not
+ * JSON the server may pick the id out of the text instead (best effort), and an id holding a lone
+ * surrogate, which the boundary refuses, may be echoed or left empty.
+ */
+function idRule(frame: Frame): IdRule {
+  if (frame.kind === "binary") return { usable: false, why: "a binary frame", expected: "the empty id", allows: (id) => id === "" };
+  const text = Buffer.from(frame.data, "utf8").toString("utf8");
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return { usable: false, why: "text that is not JSON", expected: "the empty id or one found in the text", allows: (id) => id === "" || new RegExp(`"id"\\s*:\\s*"${id.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}"`).test(text) };
+  }
+  const id = value !== null && typeof value === "object" && !Array.isArray(value) ? (value as { id?: unknown }).id : undefined;
+  if (typeof id !== "string") return { usable: false, why: "a frame without a string id", expected: "the empty id", allows: (got) => got === "" };
+  if (isLoneSurrogateString(id)) return { usable: false, why: "an id holding a lone surrogate", expected: "the empty id or that id", allows: (got) => got === "" || got === id };
+  return { usable: true, id };
+}
+
+/** What is wrong with the id (and, for a frame without a usable id, the code) of its answer. */
+function answerIdProblem(frame: Frame, r: ResponseFrame): string | undefined {
+  const rule = idRule(frame);
+  if (rule.usable) return r.id === rule.id ? undefined : `the answer carries id ${JSON.stringify(r.id)}, not the frame's id ${JSON.stringify(rule.id)} (interfaces §3: a response carries its request's id): ${JSON.stringify(r).slice(0, 300)}`;
+  if (!rule.allows(r.id)) return `the answer to ${rule.why} carries id ${JSON.stringify(r.id)}, expected ${rule.expected}: ${JSON.stringify(r).slice(0, 300)}`;
+  if (r.ok || r.error?.code !== "INVALID_REQUEST") return `${rule.why} got ${JSON.stringify(r).slice(0, 300)}, not an INVALID_REQUEST error (interfaces §3: bad frames get an error response)`;
+  return undefined;
+}
+
+/** The next response after index `from`; each wait bounded, so a missing answer fails with the frame rather than at the test timeout. */
+async function nextAnswer(gw: RawGateway, from: number, what: string): Promise<ResponseFrame> {
+  try {
+    return await gw.response(null, CASE_BOUND_MS, from);
+  } catch (err) {
+    throw new Error(`no answer to ${what}: ${(err as Error).message}`);
+  }
+}
 
 function wellFormed(r: ResponseFrame): string | undefined {
   if (r.type !== "res" || typeof r.id !== "string" || typeof r.ok !== "boolean") return `malformed response ${JSON.stringify(r).slice(0, 200)}`;
@@ -177,7 +249,7 @@ function serverSeesLoneSurrogate(frame: Frame): boolean {
 }
 
 describe("gateway under hostile frames", () => {
-  it(`fuzz: ${FRAME_CASES} generated frames on one connection each get a well-formed answer, the connection and daemon stay up`, async () => {
+  it(`fuzz: ${FRAME_CASES} generated frames on one connection each get a well-formed answer under the frame's own id (interfaces §3: "id": "<same>"; bad frames → an error response), nothing escapes to the process, the connection and daemon stay up`, async () => {
     const gw = await RawGateway.open(h.url);
     expect((await gw.handshake(TOKEN)).ok).toBe(true);
     let loneSurrogateFrames = 0;
@@ -185,9 +257,11 @@ describe("gateway under hostile frames", () => {
       fc.asyncProperty(anyFrame, async (frame) => {
         const before = gw.responses.length;
         gw.send(frame.data);
-        const first = await gw.response(frame.kind === "text" && frame.id ? frame.id : null, CASE_BOUND_MS, before).catch(() => gw.response(null, 1, before));
-        const problem = wellFormed(first);
-        if (problem) throw new Error(`${problem} for frame ${frame.kind === "text" ? frame.data.slice(0, 300) : "<binary>"}`);
+        // Frames are sent one at a time and every answer is awaited, so the next response is this
+        // frame's: one under another id is a wrong answer, not someone else's.
+        const first = await nextAnswer(gw, before, `frame ${show(frame)}`);
+        const problem = wellFormed(first) ?? answerIdProblem(frame, first);
+        if (problem) throw new Error(`${problem} for frame ${show(frame)}`);
         // No UTF-8 store can keep a lone surrogate: such a frame is refused at the boundary.
         if (serverSeesLoneSurrogate(frame)) {
           loneSurrogateFrames++;
@@ -195,11 +269,12 @@ describe("gateway under hostile frames", () => {
         }
         // `agent` answers twice: the final answer must come too.
         if (first.ok && (first.payload as { status?: string })?.status === "accepted") {
-          const final = await gw.response(first.id, CASE_BOUND_MS, gw.responses.indexOf(first) + 1);
-          const p2 = wellFormed(final);
-          if (p2) throw new Error(`${p2} (final answer) for ${frame.kind === "text" ? frame.data.slice(0, 300) : ""}`);
+          const final = await nextAnswer(gw, gw.responses.indexOf(first) + 1, `frame ${show(frame)} (its final answer)`);
+          const p2 = wellFormed(final) ?? (final.id === first.id ? undefined : `the final answer carries id ${JSON.stringify(final.id)}, not ${JSON.stringify(first.id)} (interfaces §3: agent's second res has the same id)`);
+          if (p2) throw new Error(`${p2} (final answer) for ${show(frame)}`);
         }
-        if (gw.closed) throw new Error(`connection closed (${gw.closed.code} ${gw.closed.reason}) after ${frame.kind === "text" ? frame.data.slice(0, 300) : "<binary>"}`);
+        if (gw.closed) throw new Error(`connection closed (${gw.closed.code} ${gw.closed.reason}) after ${show(frame)}`);
+        assertNothingEscaped(`frame ${show(frame)}`);
       }),
       { numRuns: FRAME_CASES, seed: FUZZ_SEED, endOnFailure: true },
     );
@@ -214,14 +289,15 @@ describe("gateway under hostile frames", () => {
     })();
     expect(health.ok).toBe(true);
     gw.close();
+    assertNothingEscaped("the closing health check");
   }, 120_000);
 
-  it(`fuzz: ${HANDSHAKE_CASES} random first frames are refused with an error (or accepted only with the right token) and never crash the gateway`, async () => {
+  it(`fuzz: ${HANDSHAKE_CASES} random first frames are refused with an error under their own id, then the socket closes (interfaces §3 handshake), or accepted only with the right token; nothing escapes to the process`, async () => {
     const firstFrame = fc.oneof(
       requestFrame,
-      shapedLike(["minProtocol", "maxProtocol", "client", "role", "scopes", "auth", "nodeId"]).map((params): Frame => ({ kind: "text", data: JSON.stringify({ type: "req", id: "c", method: "connect", params }), id: "c" })),
+      shapedLike(["minProtocol", "maxProtocol", "client", "role", "scopes", "auth", "nodeId"]).map((params): Frame => ({ kind: "text", data: JSON.stringify({ type: "req", id: "c", method: "connect", params }) })),
       fc.record({ token: mostly(fc.constantFrom(TOKEN, `${TOKEN}x`, TOKEN.slice(1), "", TOKEN.toUpperCase())) }).map(
-        ({ token }): Frame => ({ kind: "text", data: JSON.stringify({ type: "req", id: "c", method: "connect", params: { minProtocol: 3, maxProtocol: 4, client: { id: "x", version: "1", platform: "p", mode: "m" }, auth: { token } } }), id: "c" }),
+        ({ token }): Frame => ({ kind: "text", data: JSON.stringify({ type: "req", id: "c", method: "connect", params: { minProtocol: 3, maxProtocol: 4, client: { id: "x", version: "1", platform: "p", mode: "m" }, auth: { token } } }) }),
       ),
       fc.string({ maxLength: 100 }).map((data): Frame => ({ kind: "text", data })),
     );
@@ -231,9 +307,9 @@ describe("gateway under hostile frames", () => {
         try {
           const before = gw.responses.length;
           gw.send(frame.data);
-          const r = await gw.response(null, CASE_BOUND_MS, before);
-          const problem = wellFormed(r);
-          if (problem) throw new Error(`${problem} for first frame ${frame.kind === "text" ? frame.data.slice(0, 300) : ""}`);
+          const r = await nextAnswer(gw, before, `first frame ${show(frame)}`);
+          const problem = wellFormed(r) ?? answerIdProblem(frame, r);
+          if (problem) throw new Error(`${problem} for first frame ${show(frame)}`);
           const params = (() => {
             try {
               return JSON.parse(frame.kind === "text" ? frame.data : "{}") as { method?: string; params?: { auth?: { token?: unknown } } };
@@ -246,8 +322,13 @@ describe("gateway under hostile frames", () => {
             expect(params.method).toBe("connect");
             expect(params.params?.auth?.token).toBe(TOKEN);
           } else {
-            await gw.until(() => gw.closed !== undefined, CASE_BOUND_MS);
+            // Before the wait for the close: an error thrown while closing is the likelier cause of a socket left open.
+            assertNothingEscaped(`first frame ${show(frame)}`);
+            await gw.until(() => gw.closed !== undefined, CASE_BOUND_MS).catch((err: Error) => {
+              throw new Error(`the socket stayed open after the refused first frame (interfaces §3: an error response, then the socket closes): ${err.message}; frame ${show(frame)}`);
+            });
           }
+          assertNothingEscaped(`first frame ${show(frame)}`);
         } finally {
           gw.close();
         }
@@ -256,11 +337,12 @@ describe("gateway under hostile frames", () => {
     );
   }, 120_000);
 
-  it("fuzz: after the hostile traffic every session entry in the store is well-formed", async () => {
+  it("fuzz: after the hostile traffic every session entry in the store is well-formed (labels included: not blank, at most 64 characters)", async () => {
     await h.app.router.idle();
     await h.app.sessions.flush();
     await h.app.transcripts.flush();
     const { problems } = await checkState(h.stateDir);
     expect(problems).toEqual([]);
+    assertNothingEscaped("the hostile traffic settled");
   });
 });

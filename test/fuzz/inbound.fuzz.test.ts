@@ -2,12 +2,13 @@
  * Hostile inbound messages at the router's trust boundary (`router.accept`, what every adapter
  * calls): thousands of generated InboundMessage-like values — mostly plausible with hostile
  * fields, sometimes anything at all — from owners and strangers, with repeats. Each call resolves
- * accepted / duplicate / rejected-with-a-reason within a bound; a blank id is always rejected
- * (a rule stated here, not taken from the router's schema); everything accepted is processed to
- * the end; every record written to the inbound space (seen in the SQLite file itself, through
- * triggers) holds the parsed message — strictly the schema's fields, unknown ones dropped —
- * afterwards the store holds only well-formed session entries and inbound records, and every
- * transcript line parses.
+ * accepted / duplicate / rejected-with-a-reason within a bound; a blank id, or an id with a lone
+ * UTF-16 surrogate, is always rejected naming the field (rules stated here, not taken from the
+ * router's schema); everything accepted is processed to the end; every record written to the
+ * inbound space (seen in the SQLite file itself, through triggers) is under an id the test
+ * computes from an accepted message and holds that message — strictly the schema's fields,
+ * unknown ones dropped — afterwards the store holds only well-formed session entries and inbound
+ * records, and every transcript line parses.
  */
 import path from "node:path";
 import fc from "fast-check";
@@ -72,8 +73,29 @@ afterAll(async () => {
 
 /** Ids end up in store and session keys: each of these, when present, must not be blank. */
 const ID_FIELDS = ["accountId", "peerId", "messageId", "to", "threadId", "parentPeerId"] as const;
+/** Ids the router must keep well-formed Unicode: the id fields, and senderId (it is part of owner checks and transcripts). */
+const SURROGATE_FIELDS = [...ID_FIELDS, "senderId"] as const;
 /** Blank: empty or whitespace only (JavaScript's \s, the set String#trim removes). */
 const isBlank = (v: unknown) => typeof v === "string" && /^\s*$/u.test(v);
+/**
+ * A UTF-16 surrogate without its pair, found code unit by code unit rather than with the router's
+ * /\p{Cs}/u: SQLite stores text as UTF-8, where such a unit becomes U+FFFD.
+ */
+function hasLoneSurrogate(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xdc00 && c <= 0xdfff) return true;
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const next = s.charCodeAt(i + 1);
+      if (!(next >= 0xdc00 && next <= 0xdfff)) return true;
+      i++;
+    }
+  }
+  return false;
+}
+/** `field: ` as the rejection lists it (a bare substring test would find "to" in any message). */
+const names = (error: string, field: string) => new RegExp(`(?:^|[:;] )${field}: `).test(error);
+
 const blanks = fc.constantFrom("", " ", "   ", "\t", "\n", "\r\n", "\u00a0", "\u2003", "\u3000", "\ufeff", " \u2028 ");
 
 const ids = fc.oneof({ weight: 4, arbitrary: fc.constantFrom("1001", "2002", "-100200", "-100300", "a@b", "120363@g.us", "42") }, { weight: 1, arbitrary: hostileString });
@@ -129,6 +151,17 @@ const validMessage = fc.record(
 /** A message that would be valid but for one blank id. */
 const blankIdMessage = fc.tuple(validMessage, fc.constantFrom(...ID_FIELDS), blanks).map(([m, field, blank]) => ({ ...m, [field]: blank }));
 
+/** Text with one surrogate whose pair is missing: high or low, alone, reversed, or half an emoji, anywhere. */
+const loneSurrogates = fc
+  .oneof(
+    fc.constantFrom("\ud800", "\udbff", "\udc00", "\udfff", "\udc00\ud800", "1001\ud83d", "\ude00-100200", "🦄\ud83e"),
+    fc.tuple(fc.string({ unit: "binary", maxLength: 8 }), fc.integer({ min: 0xd800, max: 0xdfff }), fc.string({ unit: "binary", maxLength: 8 })).map(([a, c, b]) => a + String.fromCharCode(c) + b),
+  )
+  .filter(hasLoneSurrogate);
+
+/** A message that would be valid but for a lone surrogate in one id. */
+const loneSurrogateIdMessage = fc.tuple(validMessage, fc.constantFrom(...SURROGATE_FIELDS), loneSurrogates).map(([m, field, id]) => ({ ...m, [field]: id }));
+
 /** A valid message carrying fields the schema does not know (an adapter passing platform extras, or worse). */
 const extraFieldsMessage = fc
   .tuple(validMessage, fc.record({ isOwner: fc.constant(true), sessionKey: fc.constant("agent:main:main"), raw: hostileValue, update_id: fc.nat() }, { requiredKeys: [] }), fc.dictionary(hostileString, hostileValue, { maxKeys: 2 }))
@@ -138,6 +171,7 @@ const inboundCase: fc.Arbitrary<unknown> = fc.oneof(
   { weight: 6, arbitrary: validMessage },
   { weight: 4, arbitrary: plausibleMessage },
   { weight: 1, arbitrary: blankIdMessage },
+  { weight: 1, arbitrary: loneSurrogateIdMessage },
   { weight: 1, arbitrary: extraFieldsMessage },
   { weight: 1, arbitrary: hostileValue },
   { weight: 1, arbitrary: fc.anything() },
@@ -150,10 +184,18 @@ function bounded<T>(p: Promise<T>, what: string): Promise<T> {
   return Promise.race([p, new Promise<T>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer within ${CASE_BOUND_MS} ms`)), CASE_BOUND_MS)))]).finally(() => clearTimeout(timer));
 }
 
+/**
+ * Each accepted message under the id the test computes from it (router.ts accept():
+ * channel:accountId:messageId), to compare with what reached the store.
+ */
+const accepted = new Map<string, Record<string, unknown>>();
+const inboundId = (m: Record<string, unknown>) => `${String(m.channel)}:${String(m.accountId)}:${String(m.messageId)}`;
+
 describe("router.accept under hostile inbound messages", () => {
-  it(`fuzz: ${CASES} generated inbound messages are each accepted, deduplicated or rejected with a reason — never a throw or a hang; a blank id is always rejected`, async () => {
+  it(`fuzz: ${CASES} generated inbound messages are each accepted, deduplicated or rejected with a reason — never a throw or a hang; a blank id or one with a lone surrogate is always rejected, naming it`, async () => {
     const outcomes = new Map<string, number>();
     let blankIdCases = 0;
+    let loneSurrogateCases = 0;
     await fc.assert(
       fc.asyncProperty(inboundCase, async (input) => {
         const out: AcceptOutcome = await bounded(h.app.router.accept(input as never), `accept(${JSON.stringify(input)?.slice(0, 200)})`);
@@ -161,12 +203,21 @@ describe("router.accept under hostile inbound messages", () => {
         if (!["accepted", "duplicate", "rejected"].includes(out.status)) throw new Error(`unexpected outcome ${JSON.stringify(out)}`);
         const valid = InboundMessageSchema.safeParse(input).success;
         // The router's own schema decides `valid`; this rule does not lean on it.
-        const blankIds = input !== null && typeof input === "object" ? ID_FIELDS.filter((f) => Object.hasOwn(input, f) && isBlank((input as Record<string, unknown>)[f])) : [];
+        const fields = input !== null && typeof input === "object" ? (input as Record<string, unknown>) : undefined;
+        if (out.status === "accepted" && fields) accepted.set(inboundId(fields), fields);
+        const blankIds = fields ? ID_FIELDS.filter((f) => Object.hasOwn(fields, f) && isBlank(fields[f])) : [];
         if (blankIds.length) {
           blankIdCases++;
           if (out.status !== "rejected") throw new Error(`a message with a blank ${blankIds.join(", ")} was ${out.status}: ${JSON.stringify(input)?.slice(0, 300)}`);
-          const unnamed = blankIds.filter((f) => !out.error.includes(f));
+          const unnamed = blankIds.filter((f) => !names(out.error, f));
           if (unnamed.length) throw new Error(`the rejection does not name the blank ${unnamed.join(", ")}: ${out.error}`);
+        }
+        const loneIds = fields ? SURROGATE_FIELDS.filter((f) => Object.hasOwn(fields, f) && typeof fields[f] === "string" && hasLoneSurrogate(fields[f])) : [];
+        if (loneIds.length) {
+          loneSurrogateCases++;
+          if (out.status !== "rejected") throw new Error(`a message with a lone surrogate in ${loneIds.join(", ")} was ${out.status}: ${JSON.stringify(input)?.slice(0, 300)}`);
+          const unnamed = loneIds.filter((f) => !names(out.error, f));
+          if (unnamed.length) throw new Error(`the rejection does not name ${unnamed.join(", ")}, which holds a lone surrogate: ${out.error}`);
         }
         if (out.status === "rejected") {
           if (valid) throw new Error(`a valid message was rejected: ${out.error}`);
@@ -175,9 +226,10 @@ describe("router.accept under hostile inbound messages", () => {
       }),
       { numRuns: CASES, seed: FUZZ_SEED + 2, endOnFailure: true },
     );
-    console.info(`inbound fuzz: ${CASES} messages → ${[...outcomes].map(([k, v]) => `${v} ${k}`).join(", ")}; ${blankIdCases} with a blank id`);
+    console.info(`inbound fuzz: ${CASES} messages → ${[...outcomes].map(([k, v]) => `${v} ${k}`).join(", ")}; ${blankIdCases} with a blank id, ${loneSurrogateCases} with a lone surrogate in an id`);
     expect(outcomes.get("accepted") ?? 0).toBeGreaterThan(CASES / 4);
     expect(blankIdCases).toBeGreaterThan(CASES / 20);
+    expect(loneSurrogateCases).toBeGreaterThan(CASES / 20);
     expect(outcomes.get("rejected") ?? 0).toBeGreaterThan(CASES / 20);
     // Everything accepted runs to the end (bounded), and the daemon still answers.
     await bounded(h.app.router.idle(), "router.idle()");
@@ -186,7 +238,7 @@ describe("router.accept under hostile inbound messages", () => {
     expect((await client.request("health", {})).ok).toBe(true);
   }, 120_000);
 
-  it("fuzz: every record written to the inbound space holds the parsed message: strictly the schema's fields (unknown ones dropped), under its own id", async () => {
+  it("fuzz: every record written to the inbound space holds the parsed message: strictly the schema's fields (unknown ones dropped), unchanged, under the id the test computes for an accepted message — and every accepted message was written", async () => {
     await h.app.router.idle();
     const StoredRecord = z.union([
       z.strictObject({ id: z.string(), msg: InboundMessageSchema.strict(), state: z.enum(["pending", "recorded"]), receivedAt: z.number() }),
@@ -194,15 +246,35 @@ describe("router.accept under hostile inbound messages", () => {
     ]);
     const writes = await audit.writes();
     const problems: string[] = [];
+    // Keys are compared with ids the test computes from the accepted inputs, not with the records
+    // read back: SQLite stores a key as UTF-8, where a lone surrogate becomes U+FFFD, and only
+    // the input still shows what the id was; a check through the store compares it with itself.
+    const sourceOf = (key: string): { input: Record<string, unknown>; continued: boolean } | undefined => {
+      const input = accepted.get(key);
+      if (input) return { input, continued: false };
+      // An owner's "/new <text>" goes on as a message of its own, `<messageId>:continue`.
+      const base = key.endsWith(":continue") ? accepted.get(key.slice(0, -":continue".length)) : undefined;
+      return base && { input: base, continued: true };
+    };
     for (const [key, rec] of writes) {
+      const source = sourceOf(key);
+      if (!source) {
+        problems.push(`${JSON.stringify(key)}: written, but no accepted message has this id`);
+        continue;
+      }
+      const stored = (rec as { msg?: Record<string, unknown> }).msg;
+      const changed = stored && typeof stored === "object" ? Object.keys(stored).filter((f) => !(source.continued && (f === "text" || f === "messageId")) && JSON.stringify(stored[f]) !== JSON.stringify(source.input[f])) : [];
+      if (changed.length) problems.push(`${key}: ${changed.map((f) => `${f} stored as ${JSON.stringify(stored![f])}, accepted as ${JSON.stringify(source.input[f])}`).join("; ")}`);
       const parsed = StoredRecord.safeParse(rec);
       if (!parsed.success) problems.push(`${key}: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")} in ${JSON.stringify(rec)?.slice(0, 300)}`);
       else if (parsed.data.id !== key) problems.push(`${key}: holds the id ${parsed.data.id}`);
       else if ("msg" in parsed.data && key !== `${parsed.data.msg.channel}:${parsed.data.msg.accountId}:${parsed.data.msg.messageId}`) problems.push(`${key}: holds a message of another id`);
       else if ("msg" in parsed.data && ID_FIELDS.some((f) => isBlank((parsed.data as { msg: Record<string, unknown> }).msg[f]))) problems.push(`${key}: a blank id was stored`);
     }
-    console.info(`inbound fuzz: ${writes.length} writes to the inbound space checked`);
-    if (problems.length) throw new Error(`${problems.length} of ${writes.length} inbound writes do not hold the parsed message, e.g.:\n${problems.slice(0, 5).join("\n")}`);
+    const written = new Set(writes.map(([key]) => key));
+    for (const id of accepted.keys()) if (!written.has(id)) problems.push(`${JSON.stringify(id)}: accepted, but never written under this id`);
+    console.info(`inbound fuzz: ${writes.length} writes to the inbound space checked against ${accepted.size} accepted messages`);
+    if (problems.length) throw new Error(`${problems.length} problems in ${writes.length} inbound writes for ${accepted.size} accepted messages, e.g.:\n${problems.slice(0, 5).join("\n")}`);
     // Each accepted message was written at least twice (pending, then done).
     expect(writes.filter(([, r]) => (r as { state?: string }).state === "pending").length).toBeGreaterThan(CASES / 4);
     expect(writes.filter(([, r]) => (r as { state?: string }).state === "done").length).toBeGreaterThan(CASES / 4);

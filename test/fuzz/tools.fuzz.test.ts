@@ -5,9 +5,11 @@
  * and, through real runs, the model "calls" tools with random argument text (bad JSON included).
  * Each call answers within a bound with a JSON result — an error is a `{status: "error" |
  * "forbidden", error}` result (the shape of spec R15/R16), never a throw: the runtime would turn
- * a throw into such a result, which hides it from the runs — and a missing or blank required
- * string, or a timeoutSeconds outside 0..3600, is an error naming that field; runs end; the store
- * and the transcripts stay well-formed. Fixed cases pin the parameter rules too.
+ * a throw into such a result, which hides it from the runs — whose message is the tool's own
+ * words, not a JavaScript engine's; a missing or blank required string, a timeoutSeconds outside
+ * 0..3600, or a value of the wrong type for any parameter is an error naming that field; runs
+ * end; the store and the transcripts stay well-formed. Fixed cases and a property over every
+ * declared parameter pin the parameter rules too.
  */
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -20,6 +22,7 @@ import { afterTool, features, settle, stepOf } from "../helpers/tool-driver.js";
 
 const DIRECT_CASES = 1600;
 const RUN_CASES = 120;
+const WRONG_TYPE_CASES = 600;
 const CASE_BOUND_MS = 10_000;
 /** With sandbox mode "non-main", the main session is not sandboxed and a group session is. */
 const MAIN = "agent:main:main";
@@ -83,15 +86,91 @@ const REQUIRED: Record<string, string[]> = { sessions_history: ["sessionKey"], s
 /** sessions_send's timeoutSeconds: 0 or more (R13 R14), at most the 3600 s its JSON schema advertises. */
 const MAX_TIMEOUT_SECONDS = 3600;
 
-/** The field errors a well-behaved tool must report for `args` (independent of the tools' schemas). */
-function mustName(name: string, args: unknown): string[] {
+/** A parameter's type, as far as a wrong-typed value can be told from a right one. */
+type ParamType = { type: "string" | "number" | "boolean" } | { type: "enum"; values: readonly string[] } | { type: "array"; items: ParamType };
+const STRING: ParamType = { type: "string" };
+const NUMBER: ParamType = { type: "number" };
+const BOOLEAN: ParamType = { type: "boolean" };
+/**
+ * Every parameter's type as the spec's "Parameters" lists give it (sessions_send's label, which
+ * the spec does not list, as the tool describes it). Stated here, not read from the schemas: a
+ * schema loosened to z.any() loses its type from the JSON schema too, and the loosening is what
+ * the property below must catch. A parameter added later and missing here is held to the type
+ * its JSON schema declares, so it is covered without editing this table.
+ */
+const PARAM_TYPES: Record<string, Record<string, ParamType>> = {
+  sessions_list: { kinds: { type: "array", items: STRING }, limit: NUMBER, activeMinutes: NUMBER, messageLimit: NUMBER },
+  sessions_history: { sessionKey: STRING, limit: NUMBER, includeTools: BOOLEAN },
+  sessions_send: { sessionKey: STRING, label: STRING, message: STRING, timeoutSeconds: NUMBER },
+  sessions_spawn: { task: STRING, label: STRING, agentId: STRING, model: STRING, runTimeoutSeconds: NUMBER, cleanup: { type: "enum", values: ["delete", "keep"] } },
+};
+
+type JsonProp = { type?: unknown; enum?: unknown; items?: unknown };
+function typeFromJsonSchema(prop: JsonProp | undefined): ParamType | undefined {
+  if (!prop || typeof prop !== "object") return undefined;
+  if (Array.isArray(prop.enum) && prop.enum.every((v) => typeof v === "string")) return { type: "enum", values: prop.enum as string[] };
+  if (prop.type === "string" || prop.type === "boolean") return { type: prop.type };
+  if (prop.type === "number" || prop.type === "integer") return NUMBER;
+  if (prop.type === "array") {
+    const items = typeFromJsonSchema(prop.items as JsonProp | undefined);
+    return items && { type: "array", items };
+  }
+  return undefined;
+}
+
+/** The parameters a tool declares (its JSON schema's properties), each with the type it must hold. */
+function declaredParams(tool: AgentTool): Array<{ param: string; type: ParamType | undefined }> {
+  const props = ((tool.parameters as { properties?: Record<string, JsonProp> }).properties ?? {}) as Record<string, JsonProp>;
+  return Object.keys(props).map((param) => ({ param, type: PARAM_TYPES[tool.name]?.[param] ?? typeFromJsonSchema(props[param]) }));
+}
+
+/**
+ * Whether `v` is certainly not a value of type `t`. An enum value is compared trimmed and
+ * lower-cased: whether " Keep" is accepted is the tool's choice, whether "nope" is is not.
+ */
+function violates(t: ParamType, v: unknown): boolean {
+  switch (t.type) {
+    case "enum":
+      return typeof v !== "string" || !t.values.includes(v.trim().toLowerCase());
+    case "array":
+      return !Array.isArray(v) || v.some((item) => violates(t.items, item));
+    default:
+      return typeof v !== t.type;
+  }
+}
+
+/**
+ * Words of which one must appear in a clear error for a value that is not of type `t`: the type,
+ * or the allowed values. Naming the parameter alone is not enough — a wrong-typed label let
+ * through to the lookup is still answered with an error naming label, just not the right one.
+ */
+function typeWords(t: ParamType): string[] {
+  if (t.type === "enum") return [...t.values];
+  if (t.type === "array") return ["array", ...typeWords(t.items)];
+  return [t.type];
+}
+
+/**
+ * A JavaScript engine's wording in a tool's error: a value of an unexpected type reached code that
+ * assumed its type (a model parameter that let 42 through answered "ref.indexOf is not a
+ * function"). The model cannot act on that; the tool's own words name what to fix.
+ */
+const ENGINE_MESSAGE =
+  /is not a function|is not iterable|is not defined|is not a constructor|is not an object|Cannot read propert|Cannot set propert|Cannot create property|Cannot convert|Cannot destructure|undefined is not|null is not|of undefined|of null|Maximum call stack|Invalid array length|\b(?:Type|Reference|Range|Syntax|Internal)Error\b|\[object Object\]/;
+
+/** The field errors a well-behaved tool must report for `args` (independent of the tools' zod schemas). */
+function mustName(tool: AgentTool, args: unknown): string[] {
+  const { name } = tool;
   if (args === null || args === undefined) return REQUIRED[name] ?? [];
   if (typeof args !== "object" || Array.isArray(args)) return [];
   const a = args as Record<string, unknown>;
   const fields = (REQUIRED[name] ?? []).filter((f) => !Object.hasOwn(a, f) || a[f] === undefined || (typeof a[f] === "string" && a[f].trim() === ""));
   const t = Object.hasOwn(a, "timeoutSeconds") ? a.timeoutSeconds : undefined;
   if (name === "sessions_send" && typeof t === "number" && !(t >= 0 && t <= MAX_TIMEOUT_SECONDS)) fields.push("timeoutSeconds");
-  return fields;
+  for (const { param, type } of declaredParams(tool)) {
+    if (type && Object.hasOwn(a, param) && a[param] !== undefined && violates(type, a[param])) fields.push(param);
+  }
+  return [...new Set(fields)];
 }
 
 function bounded<T>(p: Promise<T>, what: string): Promise<T> {
@@ -108,6 +187,7 @@ describe("session tools under hostile arguments", () => {
     expect(names).toEqual(expect.arrayContaining(["sessions_list", "sessions_history", "sessions_send", "sessions_spawn", "agents_list"]));
     const outcomes = new Map<string, number>();
     let n = 0;
+    let fieldErrors = 0;
     const cases = fc.tuple(fc.constantFrom(...names), fc.constantFrom("plain", "sandboxed" as const)).chain(([name, who]) => {
       const tool = tools[who].get(name) ?? tools.plain.get(name)!;
       return argsFor(tool).map((args) => ({ name, who, args }));
@@ -131,15 +211,20 @@ describe("session tools under hostile arguments", () => {
         const error = (result as { error?: unknown }).error;
         if (status === "error" || status === "forbidden") {
           if (typeof error !== "string" || !error.trim()) throw new Error(`${call}: error without a message: ${json}`);
+          if (ENGINE_MESSAGE.test(error)) throw new Error(`${call}: the error is a JavaScript engine message, not the tool's own: ${json.slice(0, 300)}`);
         }
-        for (const field of mustName(name, args)) {
+        const fields = mustName(tool, args);
+        fieldErrors += fields.length;
+        for (const field of fields) {
           if (status !== "error" || typeof error !== "string" || !new RegExp(`\\b${field}\\b`).test(error)) throw new Error(`${call}: expected an error naming ${field}, got ${json.slice(0, 300)}`);
         }
         outcomes.set(String(status ?? "ok"), (outcomes.get(String(status ?? "ok")) ?? 0) + 1);
       }),
       { numRuns: DIRECT_CASES, seed: FUZZ_SEED + 7, endOnFailure: true },
     );
-    console.info(`tools fuzz: ${DIRECT_CASES} calls → ${[...outcomes].map(([k, v]) => `${v} ${k}`).join(", ")}`);
+    console.info(`tools fuzz: ${DIRECT_CASES} calls → ${[...outcomes].map(([k, v]) => `${v} ${k}`).join(", ")}; ${fieldErrors} field errors required`);
+    // The field rule above is only as strong as the share of calls it applies to.
+    expect(fieldErrors).toBeGreaterThan(DIRECT_CASES / 4);
     await bounded(features(h).background.idle(), "background work");
   }, 180_000);
 
@@ -221,6 +306,67 @@ describe("session tools under hostile arguments", () => {
       expect(await call("sessions_send", { sessionKey: PLAIN, message: "wait", timeoutSeconds: MAX_TIMEOUT_SECONDS })).toMatchObject({ status: "ok", reply: "ok" });
       await settle(h);
     });
+
+    /** Valid values for each tool's required parameters, so that the one wrong value is the only problem. */
+    const VALID_BASE: Record<string, Record<string, unknown>> = {
+      sessions_list: {},
+      sessions_history: { sessionKey: PLAIN },
+      sessions_send: { sessionKey: PLAIN, message: "hello" },
+      sessions_spawn: { task: "fixed task" },
+    };
+    /** JSON values of every type (numeric and boolean-looking strings included: "5" is not 5). */
+    const anyType = fc.oneof(
+      fc.string({ maxLength: 20 }),
+      fc.constantFrom("5", "0", "1e3", "true", "false", "null", "[]", "{}", "main", "keep"),
+      fc.integer(),
+      fc.double({ noNaN: true, noDefaultInfinity: true }),
+      fc.boolean(),
+      fc.constant(null),
+      fc.array(hostileValue, { maxLength: 3 }),
+      fc.dictionary(hostileString, hostileValue, { maxKeys: 3 }),
+    );
+    /** A value `t` excludes; for an array, also one with a single item of the wrong type among right ones. */
+    const wrongFor = (t: ParamType): fc.Arbitrary<unknown> => {
+      const items =
+        t.type === "array"
+          ? [fc.tuple(fc.array(anyType.filter((v) => !violates(t.items, v)), { maxLength: 3 }), wrongFor(t.items), fc.nat()).map(([ok, bad, at]) => [...ok.slice(0, at % (ok.length + 1)), bad, ...ok.slice(at % (ok.length + 1))])]
+          : [];
+      return fc.oneof(anyType, ...items).filter((v) => violates(t, v));
+    };
+
+    it(`parameters (the spec's "Parameters" of each session tool): a value of the wrong type for any declared parameter — a string for a number, a number, object, null or array for a string… — is {status: "error"} naming that parameter and what it takes, in the tool's own words, and nothing runs`, async () => {
+      const tools = h.app.toolsFor({ sessionKey: MAIN, agentId: "main" }).filter((t) => t.name.startsWith("sessions_"));
+      expect(tools.map((t) => t.name)).toEqual(expect.arrayContaining(Object.keys(PARAM_TYPES)));
+      const table = tools.flatMap((tool) => declaredParams(tool).map((p) => ({ tool: tool.name, ...p })));
+      expect(table.filter((p) => !p.type).map((p) => `${p.tool}.${p.param}`), "parameters whose type neither PARAM_TYPES nor their JSON schema gives").toEqual([]);
+      // A name in PARAM_TYPES that no tool declares is a typo, and would leave the real parameter untyped.
+      const declared = new Set(table.map((p) => `${p.tool}.${p.param}`));
+      expect(Object.entries(PARAM_TYPES).flatMap(([tool, params]) => Object.keys(params).map((p) => `${tool}.${p}`)).filter((p) => !declared.has(p))).toEqual([]);
+      const hits = new Map([...declared].map((p) => [p, 0]));
+      const cases = fc.constantFrom(...table).chain((p) => wrongFor(p.type!).map((value) => ({ tool: p.tool, param: p.param, type: p.type!, value })));
+      await startsNothing(() =>
+        fc.assert(
+          fc.asyncProperty(cases, async ({ tool, param, type, value }) => {
+            const what = `${tool}(${param}: ${JSON.stringify(value)?.slice(0, 100)})`;
+            let res: Awaited<ReturnType<typeof call>>;
+            try {
+              res = await call(tool, { ...VALID_BASE[tool], [param]: value });
+            } catch (err) {
+              throw new Error(`${what} threw instead of returning {status: "error", error}: ${err instanceof Error ? err.message : String(err)}`);
+            }
+            const json = JSON.stringify(res)?.slice(0, 300);
+            if (typeof res?.error === "string" && ENGINE_MESSAGE.test(res.error)) throw new Error(`${what}: the error is a JavaScript engine message, not the tool's own: ${json}`);
+            if (res?.status !== "error" || typeof res.error !== "string" || !new RegExp(`\\b${param}\\b`).test(res.error)) throw new Error(`${what}: expected {status: "error"} naming ${param}, got ${json}`);
+            const words = typeWords(type);
+            if (!words.some((w) => new RegExp(`\\b${w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}\\b`).test(res.error!))) throw new Error(`${what}: the error names ${param} but not what it takes (${words.join(" or ")}): ${json}`);
+            hits.set(`${tool}.${param}`, (hits.get(`${tool}.${param}`) ?? 0) + 1);
+          }),
+          { numRuns: WRONG_TYPE_CASES, seed: FUZZ_SEED + 9, endOnFailure: true },
+        ),
+      );
+      console.info(`tools fuzz: ${WRONG_TYPE_CASES} wrong-typed values over ${table.length} parameters`);
+      expect([...hits].filter(([, n]) => n < 10), "parameters given fewer than 10 wrong values").toEqual([]);
+    }, 60_000);
   });
 
   it("fuzz: afterwards every session entry and transcript line in the state directory is well-formed", async () => {

@@ -13,6 +13,17 @@ import { openKvStore } from "../../src/store/kv.js";
 const Channel = z.enum(["webchat", "telegram", "discord", "whatsapp"]);
 const DeliveryContext = z.strictObject({ channel: Channel, to: z.string().min(1), accountId: z.string().min(1).optional(), threadId: z.string().min(1).optional() });
 
+/**
+ * A label names a session for people and for lookups (sessions.resolve, sessions_send by label):
+ * a blank one names nothing and could never be asked for, and no way in (the gateway's
+ * sessions.patch and agent params, the session tools' schemas) takes one over 64 characters.
+ */
+const LABEL_MAX = 64;
+const Label = z
+  .string()
+  .refine((l) => l.trim().length > 0, "label is blank")
+  .refine((l) => l.length <= LABEL_MAX, `label longer than ${LABEL_MAX} characters`);
+
 /** Every field SessionEntry declares, strictly: an unknown or mistyped field is corruption. */
 export const SessionEntrySchema = z.strictObject({
   key: z.string().min(1),
@@ -23,7 +34,7 @@ export const SessionEntrySchema = z.strictObject({
   chatType: z.enum(["direct", "group", "channel"]).optional(),
   channel: Channel.optional(),
   displayName: z.string().optional(),
-  label: z.string().optional(),
+  label: Label.optional(),
   model: z.string().optional(),
   lastModel: z.string().optional(),
   contextTokens: z.number().nonnegative().optional(),
@@ -65,8 +76,10 @@ export async function checkState(stateDir: string, opts: { spaces?: string[] } =
     const rows = await kv.space<unknown>("sessions").entries();
     for (const [key, value] of rows) {
       const parsed = SessionEntrySchema.safeParse(value);
-      if (!parsed.success) problems.push(`session entry ${key}: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
-      else if (parsed.data.key !== key) problems.push(`session entry ${key} holds key ${parsed.data.key}`);
+      // Hostile keys run to thousands of characters: enough of one to find it.
+      const shown = key.length > 120 ? `${key.slice(0, 120)}…` : key;
+      if (!parsed.success) problems.push(`session entry ${shown}: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+      else if (parsed.data.key !== key) problems.push(`session entry ${shown} holds key ${parsed.data.key}`);
       else entries.push(parsed.data as SessionEntry);
     }
     for (const name of opts.spaces ?? []) spaces.set(name, await kv.space<unknown>(name).entries());
