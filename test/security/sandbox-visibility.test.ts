@@ -66,26 +66,23 @@ afterAll(async () => {
 const ctx = (): ToolContext => ({ sessionKey: ME, agentId: "main", runId: `sec-${Math.random()}`, signal: new AbortController().signal, origin: { channel: "telegram", to: "-100100", accountId: "default" } });
 const run = (name: string, args: unknown) => tools.get(name)!.execute(args, ctx()) as Promise<Record<string, any>>;
 
+/** A session named by its key, its sessionId and its label. */
+function byEveryName(what: string, key: string, label: string): Array<[string, Record<string, unknown>]> {
+  return [
+    [`${what} by key`, { sessionKey: key }],
+    [`${what} by sessionId`, { sessionKey: h.app.sessions.require(key).sessionId }],
+    [`${what} by label`, { label }],
+  ];
+}
+
 /** Every way of naming a session the sandboxed group did not spawn. */
 function otherRefs(): Array<[string, Record<string, unknown>]> {
   const other = h.app.sessions.require(OTHER);
-  const otherChild = h.app.sessions.require(OTHER_CHILD);
-  const main = h.app.sessions.require(MAIN);
-  const lookalike = h.app.sessions.require(LOOKALIKE);
-  const lookalikeChild = h.app.sessions.require(LOOKALIKE_CHILD);
-  const grandchild = h.app.sessions.require(GRANDCHILD);
-  const cousin = h.app.sessions.require(COUSIN);
   return [
-    ["another group by key", { sessionKey: OTHER }],
-    ["another group by sessionId", { sessionKey: other.sessionId }],
-    ["another group by label", { label: "secret" }],
-    ["another group's child by key", { sessionKey: OTHER_CHILD }],
-    ["another group's child by sessionId", { sessionKey: otherChild.sessionId }],
-    ["another group's child by label", { label: "dup" }],
+    ...byEveryName("another group", OTHER, "secret"),
+    ...byEveryName("another group's child", OTHER_CHILD, "dup"),
     ["the main session as main", { sessionKey: "main" }],
-    ["the main session by key", { sessionKey: MAIN }],
-    ["the main session by sessionId", { sessionKey: main.sessionId }],
-    ["the main session by label", { label: "boss" }],
+    ...byEveryName("the main session", MAIN, "boss"),
     ["a key in upper case", { sessionKey: OTHER.toUpperCase() }],
     ["a key with spaces around", { sessionKey: `  ${OTHER}  ` }],
     ["a key prefix", { sessionKey: OTHER.slice(0, -2) }],
@@ -98,18 +95,10 @@ function otherRefs(): Array<[string, Record<string, unknown>]> {
     ["the reserved key global", { sessionKey: "global" }],
     ["another agent's spelling", { sessionKey: OTHER.replace("agent:main:", "agent:other:") }],
     ["the cron/hook namespaces", { sessionKey: "cron:daily" }],
-    ["a lookalike group (my key plus a suffix) by key", { sessionKey: LOOKALIKE }],
-    ["a lookalike group by sessionId", { sessionKey: lookalike.sessionId }],
-    ["a lookalike group by label", { label: "lookalike-group" }],
-    ["the lookalike group's child by key", { sessionKey: LOOKALIKE_CHILD }],
-    ["the lookalike group's child by sessionId", { sessionKey: lookalikeChild.sessionId }],
-    ["the lookalike group's child by label", { label: "lookalike" }],
-    ["my child's own child by key", { sessionKey: GRANDCHILD }],
-    ["my child's own child by sessionId", { sessionKey: grandchild.sessionId }],
-    ["my child's own child by label", { label: "grandchild" }],
-    ["another child's child by key", { sessionKey: COUSIN }],
-    ["another child's child by sessionId", { sessionKey: cousin.sessionId }],
-    ["another child's child by label", { label: "cousin" }],
+    ...byEveryName("a lookalike group (my key plus a suffix)", LOOKALIKE, "lookalike-group"),
+    ...byEveryName("the lookalike group's child", LOOKALIKE_CHILD, "lookalike"),
+    ...byEveryName("my child's own child", GRANDCHILD, "grandchild"),
+    ...byEveryName("another child's child", COUSIN, "cousin"),
     ["a label two hidden sessions share", { label: "twin" }],
     ["one of them by key", { sessionKey: TWINS[0] }],
   ];
