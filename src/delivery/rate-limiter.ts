@@ -37,9 +37,16 @@ export class RateLimiter {
     const t = this.now();
     if (t <= recordedAt) return;
     for (const limit of limits) {
-      const stamps = this.windows.get(bucketKey(limit));
-      let i = stamps ? stamps.lastIndexOf(recordedAt) : -1;
-      if (!stamps || i < 0) continue;
+      const stamps = this.prune(limit, t);
+      let i = stamps.lastIndexOf(recordedAt);
+      if (i < 0) {
+        // Pruned while its request was in flight (a call slower than the window): the platform
+        // still counts it, so it counts again, from now — else it would stop counting at all.
+        let at = stamps.length;
+        while (at > 0 && stamps[at - 1] > t) at--;
+        stamps.splice(at, 0, t);
+        continue;
+      }
       // Moved up to its place among the later stamps, in place: with a generous limit a window
       // holds thousands of stamps, and two splices per send allocated and copied them (bench/).
       for (; i + 1 < stamps.length && stamps[i + 1] <= t; i++) stamps[i] = stamps[i + 1];
