@@ -162,22 +162,31 @@ function expectPacedAt(times: number[], rule: { count: number; intervalMs: numbe
   expect(span, `${what}: span (ms) of the ${paced.length} sends after the first window, vs ${PACE_SLACK} × the rule's minimum of ${minimum} ms`).toBeLessThanOrEqual(minimum * PACE_SLACK);
 }
 
+/**
+ * One Telegram chat's burst of `texts` (already injected) answered through the rig: zero 429s,
+ * every reply in order, the sends paced at `rule`.
+ */
+async function expectTelegramChatBurst(rig: Awaited<ReturnType<typeof startRig>>, chat: FakeChat, texts: string[], rule: { count: number; intervalMs: number }, what: string) {
+  const { telegram, deliver } = rig;
+  const replies = () => telegram.sent.filter((m) => m.chat.id === chat.id).map((m) => m.text ?? "");
+  await deliver(texts.length, () => replies().length);
+
+  expect(telegram.rateLimitHits, "Telegram 429s").toBe(0);
+  expect(replies()).toEqual(texts.map((t) => `echo: ${t}`));
+  const times = telegram.callsTo("sendMessage").filter((c) => Number(c.body.chat_id) === chat.id).map((c) => c.at);
+  expectPacedAt(times, rule, 1, what);
+}
+
 describe("rate limits (a burst queued behind the outbox's own pacing, against fakes that answer 429 past the published limits)", () => {
   it(`rate limits: ${BURST} replies to one Telegram group — zero 429s, in order, paced at the group limit (20/min)`, async () => {
     // 200×: 20 per simulated minute is 67 sends a real second, and each send of a window of 20
     // has 15 ms of real time to go out in before the next window opens.
-    const { telegram, deliver } = await startRig({ speed: 200, telegram: true, discord: false });
+    const rig = await startRig({ speed: 200, telegram: true, discord: false });
     const group = groupChat(-100_555_0001, "Burst group");
     const people = [fakeUser("Ann"), fakeUser("Ben"), fakeUser("Cy")];
-    for (let i = 0; i < BURST; i++) telegram.injectText({ chat: group, from: people[i % people.length]!, text: `tg ${i}` });
-
-    const replies = () => telegram.sent.filter((m) => m.chat.id === group.id).map((m) => m.text ?? "");
-    await deliver(BURST, () => replies().length);
-
-    expect(telegram.rateLimitHits, "Telegram 429s").toBe(0);
-    expect(replies()).toEqual(Array.from({ length: BURST }, (_, i) => `echo: tg ${i}`));
-    const times = telegram.callsTo("sendMessage").filter((c) => Number(c.body.chat_id) === group.id).map((c) => c.at);
-    expectPacedAt(times, TELEGRAM.group, 1, "Telegram group");
+    const texts = Array.from({ length: BURST }, (_, i) => `tg ${i}`);
+    texts.forEach((text, i) => rig.telegram.injectText({ chat: group, from: people[i % people.length]!, text }));
+    await expectTelegramChatBurst(rig, group, texts, TELEGRAM.group, "Telegram group");
   }, 90_000);
 
   it(`rate limits: ${BURST} replies to one Discord channel — zero 429s, in order, paced at the channel limit (5 per 5 s) by the outbox itself (bucket headers off)`, async () => {
@@ -203,26 +212,19 @@ describe("rate limits (a burst queued behind the outbox's own pacing, against fa
   it("rate limits: 50 replies to one Telegram private chat — zero 429s, in order, paced at the private-chat limit (1/s)", async () => {
     // 10×: every send waits for the one before, so each adds its round trip to the span; at 10×
     // that is a few percent of a simulated second.
-    const total = 50;
-    const { telegram, deliver } = await startRig({ speed: 10, telegram: true, discord: false });
+    const rig = await startRig({ speed: 10, telegram: true, discord: false });
     const dee = fakeUser("Dee");
     const chat = privateChat(dee);
-    for (let i = 0; i < total; i++) telegram.injectText({ chat, from: dee, text: `pm ${i}` });
-
-    const replies = () => telegram.sent.filter((m) => m.chat.id === chat.id).map((m) => m.text ?? "");
-    await deliver(total, () => replies().length);
-
-    expect(telegram.rateLimitHits, "Telegram 429s").toBe(0);
-    expect(replies()).toEqual(Array.from({ length: total }, (_, i) => `echo: pm ${i}`));
-    const times = telegram.callsTo("sendMessage").filter((c) => Number(c.body.chat_id) === chat.id).map((c) => c.at);
-    expectPacedAt(times, TELEGRAM.privateChat, 1, "Telegram private chat");
+    const texts = Array.from({ length: 50 }, (_, i) => `pm ${i}`);
+    for (const text of texts) rig.telegram.injectText({ chat, from: dee, text });
+    await expectTelegramChatBurst(rig, chat, texts, TELEGRAM.privateChat, "Telegram private chat");
   }, 90_000);
 
   it("rate limits: 400 replies across 40 Telegram private chats — zero 429s, each chat in order, paced at the global limit (30/s)", async () => {
     // 40 chats at 1/s each could take 40 a second: only the global 30/s holds them back. 2×:
-    // the chats' sends run concurrently, and the outbox forgets a send still unanswered a window
-    // after it began, so a stall of the process longer than a simulated second could let a 31st
-    // through; at 2× that takes half a real second.
+    // the chats' sends run concurrently, and the outbox stops counting a send still unanswered a
+    // window after it began (until its answer), so a stall of the process longer than a simulated
+    // second could let a 31st through; at 2× that takes half a real second.
     const chats = 40;
     const perChat = 10;
     const total = chats * perChat;
