@@ -125,7 +125,7 @@ export class Outbox {
     this.now = deps.now ?? Date.now;
     this.sleep = deps.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
     this.journal = deps.journal ?? conservativeJournal;
-    this.limiter = new RateLimiter(this.now);
+    this.limiter = new RateLimiter(this.now, this.sleep);
   }
 
   /**
@@ -248,6 +248,8 @@ export class Outbox {
   /** Stop taking new work; wait for in-flight platform calls to finish. */
   async stop(): Promise<void> {
     this.stopped = true;
+    // Sends waiting for their rate limit end now, unsent.
+    this.limiter.close();
     const deadline = this.now() + 5000;
     while (this.inflight > 0 && this.now() < deadline) await new Promise((r) => setTimeout(r, 10));
   }
@@ -321,53 +323,59 @@ export class Outbox {
       // platforms) must not share a bucket.
       const scope = `${record.target.channel}:${record.target.accountId}|`;
       const limits: RateLimit[] = (adapter.rateLimitsFor?.(record.target) ?? []).map((l) => ({ ...l, key: scope + l.key }));
-      for (let wait = this.limiter.delayFor(limits); wait > 0; wait = this.limiter.delayFor(limits)) await this.sleep(wait);
-      const stamp = this.limiter.record(limits);
-      record.attempted = record.next;
-      record.attempts++;
-      const accepted = this.accepting.get(record.id);
-      await this.persist(record);
-      // Never send a message whose enqueue write failed (the caller was told it was not accepted).
-      if (accepted) await accepted;
-      this.inflight++;
+      const ticket = await this.limiter.acquire(limits);
+      if (!ticket) return;
       try {
-        await adapter.prepareSend?.(record.target);
-        if (this.stopped) {
-          record.attempted = undefined;
-          return;
-        }
-        const chunk = record.next;
-        // A platform that dedupes by idempotency key needs no line: its sends are repeated anyway.
-        const onWire = adapter.idempotentSends ? undefined : () => this.journalStarting(record.id, chunk, log);
-        // Else the adapter writes the line at the last moment (ChannelAdapter.reportsWire).
-        if (onWire && !adapter.reportsWire) onWire();
-        const receipt = await adapter.send(record.target, chunks[chunk], { idempotencyKey: `${record.id}#${chunk}`, ...(onWire && adapter.reportsWire ? { onWire } : {}) });
-        this.limiter.settle(limits, stamp);
-        record.messageIds.push(receipt.messageId);
-        record.next++;
-        record.attempted = undefined;
-        record.error = undefined;
-        // The last chunk's acknowledgement is persisted by finish() (one write, not two).
-        if (record.next < chunks.length) await this.persist(record);
-      } catch (err) {
-        this.limiter.settle(limits, stamp);
-        record.attempted = undefined;
-        const perr = err instanceof PlatformError ? err : new PlatformError(record.target.channel, "transport", errorMessage(err), { cause: err });
-        record.error = perr.message;
-        // Outages are retried (capped backoff) for hours: a reply is worth more late than lost.
-        if (!perr.retryable || record.attempts >= maxAttempts || this.now() - record.createdAt > maxAgeMs) {
-          log.error({ err: perr.message, code: perr.code, attempts: record.attempts }, "delivery failed");
-          await this.finish(record, "failed");
-          await this.recordDelivery(record, "failed", perr.message);
-          return;
-        }
-        const backoff = perr.retryAfterMs ?? Math.min(30_000, 500 * 2 ** (record.attempts - 1));
-        if (perr.code === "rate_limited") this.limiter.penalize(limits, backoff);
-        log.warn({ err: perr.message, code: perr.code, retryInMs: backoff }, "delivery retry scheduled");
+        record.attempted = record.next;
+        record.attempts++;
+        const accepted = this.accepting.get(record.id);
         await this.persist(record);
-        await this.sleep(backoff);
+        // Never send a message whose enqueue write failed (the caller was told it was not accepted).
+        if (accepted) await accepted;
+        this.inflight++;
+        try {
+          await adapter.prepareSend?.(record.target);
+          if (this.stopped) {
+            record.attempted = undefined;
+            return;
+          }
+          const chunk = record.next;
+          // A platform that dedupes by idempotency key needs no line: its sends are repeated anyway.
+          const onWire = adapter.idempotentSends ? undefined : () => this.journalStarting(record.id, chunk, log);
+          // Else the adapter writes the line at the last moment (ChannelAdapter.reportsWire).
+          if (onWire && !adapter.reportsWire) onWire();
+          const receipt = await adapter.send(record.target, chunks[chunk], { idempotencyKey: `${record.id}#${chunk}`, ...(onWire && adapter.reportsWire ? { onWire } : {}) });
+          this.limiter.settle(ticket);
+          record.messageIds.push(receipt.messageId);
+          record.next++;
+          record.attempted = undefined;
+          record.error = undefined;
+          // The last chunk's acknowledgement is persisted by finish() (one write, not two).
+          if (record.next < chunks.length) await this.persist(record);
+        } catch (err) {
+          this.limiter.settle(ticket);
+          record.attempted = undefined;
+          const perr = err instanceof PlatformError ? err : new PlatformError(record.target.channel, "transport", errorMessage(err), { cause: err });
+          record.error = perr.message;
+          // Outages are retried (capped backoff) for hours: a reply is worth more late than lost.
+          if (!perr.retryable || record.attempts >= maxAttempts || this.now() - record.createdAt > maxAgeMs) {
+            log.error({ err: perr.message, code: perr.code, attempts: record.attempts }, "delivery failed");
+            await this.finish(record, "failed");
+            await this.recordDelivery(record, "failed", perr.message);
+            return;
+          }
+          const backoff = perr.retryAfterMs ?? Math.min(30_000, 500 * 2 ** (record.attempts - 1));
+          if (perr.code === "rate_limited") this.limiter.penalize(limits, backoff);
+          log.warn({ err: perr.message, code: perr.code, retryInMs: backoff }, "delivery retry scheduled");
+          await this.persist(record);
+          await this.sleep(backoff);
+        } finally {
+          this.inflight--;
+        }
       } finally {
-        this.inflight--;
+        // Settled at its answer above; here for the ways out with none (stopped before the call,
+        // a failed write), where the send would otherwise keep its place in every bucket for good.
+        this.limiter.settle(ticket);
       }
     }
     await this.finish(record, "sent");

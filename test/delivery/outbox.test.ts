@@ -10,7 +10,7 @@ import type { SendPolicyConfig } from "../../src/policy/send-policy.js";
 import type { SessionEntry } from "../../src/sessions/entry.js";
 import { SessionStore } from "../../src/sessions/session-store.js";
 import { TranscriptStore } from "../../src/sessions/transcript.js";
-import { openKvStore, type KvStore } from "../../src/store/kv.js";
+import { openKvStore, type KvSpace, type KvStore } from "../../src/store/kv.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -28,7 +28,7 @@ function freshStateDir(): string {
   return stateDir;
 }
 
-async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapter?: RecordingAdapter; watchJournal?: (j: SendJournal) => SendJournal } = {}) {
+async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapter?: RecordingAdapter; watchJournal?: (j: SendJournal) => SendJournal; clock?: { now(): number; sleep(ms: number): Promise<void> }; watchSpace?: (s: KvSpace<OutboxRecord>) => KvSpace<OutboxRecord> } = {}) {
   const stateDir = opts.stateDir ?? freshStateDir();
   const kv: KvStore = await openKvStore(`sqlite://${path.join(stateDir, "s.sqlite")}`, stateDir);
   cleanups.push(() => kv.close());
@@ -41,14 +41,16 @@ async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapt
   const file = openSendJournal(journalFile(stateDir));
   cleanups.push(() => file.close());
   const journal = opts.watchJournal ? opts.watchJournal(file) : file;
+  const space = kv.space<OutboxRecord>("outbox");
   const outbox = new Outbox({
-    space: kv.space<OutboxRecord>("outbox"),
+    space: opts.watchSpace ? opts.watchSpace(space) : space,
     sessions,
     transcripts,
     policy: () => opts.policy ?? { rules: [], default: "allow" },
     adapter: (channel) => (channel === "telegram" ? adapter : undefined),
     log: pino({ level: "silent" }),
     sleep: async () => {},
+    ...opts.clock,
     journal,
   });
   await outbox.start();
@@ -143,6 +145,48 @@ describe("outbox — the one outbound gate", () => {
     const { done } = await outbox.enqueue({ id: "retry", target, text: "hi", kind: "reply" });
     expect((await done).status).toBe("sent");
     expect(adapter.sent).toHaveLength(1);
+  });
+
+  it("stop() ends a message waiting for its rate limit there: once the wait would have passed, it is neither sent nor marked attempted", async () => {
+    let now = Date.now();
+    const timers: Array<() => void> = [];
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.limits = [{ key: "chat:-100", count: 1, intervalMs: 60_000 }];
+    const { outbox } = await setup({ adapter, clock: { now: () => now, sleep: () => new Promise<void>((wake) => timers.push(wake)) } });
+    expect((await (await outbox.enqueue({ id: "first", target, text: "one", kind: "reply" })).done).status).toBe("sent");
+    await outbox.enqueue({ id: "second", target, text: "two", kind: "reply" });
+    await vi.waitFor(() => expect(timers.length).toBeGreaterThan(0));
+
+    await outbox.stop();
+    now += 60_000;
+    for (const wake of timers.splice(0)) wake();
+    // Whatever the wake sets off runs in promise callbacks, all done before this.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(adapter.sent.map((m) => m.text)).toEqual(["one"]);
+    expect(outbox.get("second")?.attempts).toBe(0);
+  });
+
+  it("a send whose attempted mark could not be written gives its rate-limit place back: the chat's next message goes once the window has passed", async () => {
+    let now = Date.now();
+    const timers: Array<() => void> = [];
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.limits = [{ key: "chat:-100", count: 1, intervalMs: 60_000 }];
+    const { outbox } = await setup({
+      adapter,
+      clock: { now: () => now, sleep: () => new Promise<void>((wake) => timers.push(wake)) },
+      watchSpace: (space) => ({
+        ...space,
+        set: (id, record) => (id === "lost" && record.attempted !== undefined ? Promise.reject(new Error("disk full")) : space.set(id, record)),
+      }),
+    });
+    await outbox.enqueue({ id: "lost", target, text: "never sent", kind: "reply" });
+    const next = await outbox.enqueue({ id: "next", target, text: "two", kind: "reply" });
+    // Still counted in flight, the lost send would leave the chat full with no time to wake at.
+    await vi.waitFor(() => expect(timers.length).toBeGreaterThan(0));
+    now += 60_000;
+    for (const wake of timers.splice(0)) wake();
+    expect((await next.done).status).toBe("sent");
+    expect(adapter.sent.map((m) => m.text)).toEqual(["two"]);
   });
 
   it("a permanent platform error fails without retrying and is recorded", async () => {

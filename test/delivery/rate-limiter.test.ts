@@ -1,72 +1,203 @@
 /**
- * The outbox's sliding-window limiter (src/delivery/rate-limiter.ts), on a clock of our own.
- * Observed through delayFor, the only thing the outbox reads: the wait is set by the stamp
- * `count` places from the newest, so a window out of order shows as a wrong wait.
+ * The outbox's rate limiter (src/delivery/rate-limiter.ts) on a clock of our own. Each case is a
+ * script — sends asking at given times, answers, 429s — and the log of when each send was let
+ * through, in the order it was: a wrong wait shows as a wrong time, an unfair one as a wrong order.
  */
 import { describe, expect, it } from "vitest";
 import type { RateLimit } from "../../src/channels/types.js";
-import { RateLimiter } from "../../src/delivery/rate-limiter.js";
+import { RateLimiter, type RateTicket } from "../../src/delivery/rate-limiter.js";
 
-const LIMIT: RateLimit = { key: "chat:1", count: 2, intervalMs: 100 };
-
-type Step = { at: number; record: string } | { at: number; settle: string } | { at: number; penalize: number } | { at: number; expectDelay: number };
-
-function run(steps: Step[], limits: RateLimit[] = [LIMIT]): void {
+/** A clock that moves only when told to; the timers it passes fire in time order. */
+function manualClock() {
   let now = 0;
-  const limiter = new RateLimiter(() => now);
-  const stamps = new Map<string, number>();
-  for (const step of steps) {
-    now = step.at;
-    if ("record" in step) stamps.set(step.record, limiter.record(limits));
-    else if ("settle" in step) limiter.settle(limits, stamps.get(step.settle) as number);
-    else if ("penalize" in step) limiter.penalize(limits, step.penalize);
-    else expect({ at: step.at, delay: limiter.delayFor(limits) }).toEqual({ at: step.at, delay: step.expectDelay });
-  }
+  let timers: Array<{ at: number; fire: () => void }> = [];
+  // Every promise chain a timer sets off runs before the next timer fires.
+  const drain = () => new Promise<void>((resolve) => setImmediate(resolve));
+  return {
+    now: () => now,
+    sleep: (ms: number) => new Promise<void>((fire) => timers.push({ at: now + ms, fire })),
+    pendingTimers: () => timers.length,
+    async advanceTo(t: number) {
+      await drain();
+      for (;;) {
+        const due = timers.filter((x) => x.at <= t).sort((a, b) => a.at - b.at)[0];
+        if (!due) break;
+        timers = timers.filter((x) => x !== due);
+        now = Math.max(now, due.at);
+        due.fire();
+        await drain();
+      }
+      now = Math.max(now, t);
+      await drain();
+    },
+  };
 }
 
+type Step =
+  /** A send asks; answered the instant it is let through unless `inFlight` (then by a settle step). */
+  | { at: number; send: string; limits?: RateLimit[]; inFlight?: true }
+  | { at: number; settle: string }
+  | { at: number; penalize: number; limits?: RateLimit[] }
+  | { at: number; close: true };
+
+/** "name@time" for each send let through, "name ended@time" for each sent away, in that order. */
+async function run(steps: Step[], defaults: RateLimit[], until = 10_000): Promise<string[]> {
+  const clock = manualClock();
+  const limiter = new RateLimiter(clock.now, clock.sleep);
+  const tickets = new Map<string, RateTicket>();
+  const log: string[] = [];
+  for (const step of steps) {
+    await clock.advanceTo(step.at);
+    if ("send" in step) {
+      void limiter.acquire(step.limits ?? defaults).then((ticket) => {
+        log.push(ticket ? `${step.send}@${clock.now()}` : `${step.send} ended@${clock.now()}`);
+        if (!ticket) return;
+        tickets.set(step.send, ticket);
+        if (!step.inFlight) limiter.settle(ticket);
+      });
+    } else if ("settle" in step) limiter.settle(tickets.get(step.settle) as RateTicket);
+    else if ("penalize" in step) limiter.penalize(step.limits ?? defaults, step.penalize);
+    else limiter.close();
+  }
+  await clock.advanceTo(until);
+  return log;
+}
+
+const TWO: RateLimit = { key: "chat:1", count: 2, intervalMs: 100 };
+const ONE: RateLimit = { key: "chat:1", count: 1, intervalMs: 100 };
+const OTHER: RateLimit = { key: "chat:2", count: 1, intervalMs: 100 };
+/** A chat's own limit, slower per send than the account's GLOBAL, which all chats share. */
+const chat = (n: number): RateLimit => ({ key: `chat:${n}`, count: 1, intervalMs: 1000 });
+const GLOBAL: RateLimit = { key: "global", count: 1, intervalMs: 100 };
+
 describe("rate limiter", () => {
-  const cases: Array<[string, Step[]]> = [
-    ["under the count, a send may go at once", [{ at: 0, record: "a" }, { at: 5, expectDelay: 0 }]],
+  const oneBucket: Array<[string, RateLimit, Step[], string[]]> = [
+    ["under the count, a send goes at once", TWO, [{ at: 0, send: "a" }, { at: 5, send: "b" }], ["a@0", "b@5"]],
     [
       "a full window waits until its oldest counted send leaves it",
-      [{ at: 0, record: "a" }, { at: 10, record: "b" }, { at: 20, expectDelay: 80 }, { at: 100, expectDelay: 0 }],
+      TWO,
+      [{ at: 0, send: "a" }, { at: 10, send: "b" }, { at: 20, send: "c" }, { at: 20, send: "d" }],
+      ["a@0", "b@10", "c@100", "d@110"],
     ],
     [
-      "a settled send counts from its answer, and the window stays in order (15 sits between 10 and 20)",
-      [{ at: 0, record: "a" }, { at: 10, record: "b" }, { at: 20, record: "c" }, { at: 15, settle: "a" }, { at: 20, expectDelay: 95 }],
+      "waiting sends go one per freed place, in the order they asked",
+      ONE,
+      [{ at: 0, send: "a" }, { at: 10, send: "b" }, { at: 20, send: "c" }, { at: 30, send: "d" }],
+      ["a@0", "b@100", "c@200", "d@300"],
     ],
     [
-      "a send settled after every later one moves to the newest place",
-      [{ at: 0, record: "a" }, { at: 10, record: "b" }, { at: 20, record: "c" }, { at: 25, settle: "a" }, { at: 25, expectDelay: 95 }],
+      "an answered send counts from its answer (50), not from when it was let through (0)",
+      TWO,
+      [{ at: 0, send: "a", inFlight: true }, { at: 0, send: "b" }, { at: 50, settle: "a" }, { at: 60, send: "c" }, { at: 60, send: "d" }],
+      ["a@0", "b@0", "c@100", "d@150"],
     ],
     [
-      "settling at its own stamp changes nothing",
-      [{ at: 0, record: "a" }, { at: 10, record: "b" }, { at: 10, settle: "b" }, { at: 10, expectDelay: 90 }],
+      // The platform counts a slow send until it has answered it: counted only for a window from
+      // its grant, it left room for a send that collected a 429 from Telegram's global limit.
+      "an unanswered send counts however long ago it was let through, until its answer",
+      TWO,
+      [{ at: 0, send: "a", inFlight: true }, { at: 0, send: "b", inFlight: true }, { at: 0, send: "c" }, { at: 300, settle: "b" }, { at: 350, settle: "a" }],
+      ["a@0", "b@0", "c@400"],
     ],
     [
-      // Its request may have reached the platform just now (a call slower than the window): the
-      // platform counts it, so the limiter must too. Forgotten instead, it let a 429 through
-      // under load (rate-limit.test.ts, 40 chats sharing Telegram's global limit).
-      "a send answered after its stamp left the window counts again, from its answer",
-      [{ at: 0, record: "a" }, { at: 150, record: "b" }, { at: 160, settle: "a" }, { at: 160, expectDelay: 90 }, { at: 250, record: "c" }, { at: 250, expectDelay: 10 }, { at: 260, expectDelay: 0 }],
+      "settling a send twice counts it once",
+      ONE,
+      [{ at: 0, send: "a", inFlight: true }, { at: 50, settle: "a" }, { at: 60, send: "b" }, { at: 60, send: "c" }, { at: 90, settle: "a" }],
+      ["a@0", "b@150", "c@250"],
     ],
     [
       "R2 a 429 keeps the bucket full for retry_after",
-      [{ at: 0, penalize: 3000 }, { at: 0, expectDelay: 3000 }, { at: 2999, expectDelay: 1 }, { at: 3000, expectDelay: 0 }],
+      TWO,
+      [{ at: 0, penalize: 3000 }, { at: 0, send: "a" }, { at: 2999, send: "b" }, { at: 3000, send: "c" }],
+      ["a@3000", "b@3000", "c@3100"],
+    ],
+    [
+      "closing ends every wait at once, and every later one, with no send let through after",
+      ONE,
+      [{ at: 0, send: "a" }, { at: 10, send: "b" }, { at: 20, send: "c" }, { at: 30, close: true }, { at: 40, send: "d" }],
+      ["a@0", "b ended@30", "c ended@30", "d ended@40"],
     ],
   ];
-  it.each(cases)("%s", (_name, steps) => run(steps));
+  it.each(oneBucket)("%s", async (_name, limit, steps, expected) => {
+    expect(await run(steps, [limit])).toEqual(expected);
+  });
 
-  it("every bucket of a send counts it; the longest wait wins", () => {
-    const global: RateLimit = { key: "global", count: 3, intervalMs: 1000 };
-    run(
+  const sharedBucket: Array<[string, Step[], string[]]> = [
+    [
+      "every bucket of a send counts it; the longest wait wins",
+      [{ at: 0, send: "a" }, { at: 10, send: "b" }, { at: 20, send: "c" }, { at: 30, send: "d" }],
+      ["a@0", "b@10", "c@100", "d@1000"],
+    ],
+    [
+      "a send waiting for its own chat keeps no place in the shared bucket: another chat's send takes it first",
+      [{ at: 0, send: "a1", limits: [chat(1), GLOBAL] }, { at: 10, send: "a2", limits: [chat(1), GLOBAL] }, { at: 20, send: "b", limits: [chat(2), GLOBAL] }],
+      ["a1@0", "b@100", "a2@1000"],
+    ],
+    [
+      "the order limits are listed in does not matter: a send waits for its slowest bucket first",
+      [{ at: 0, send: "a1", limits: [GLOBAL, chat(1)] }, { at: 10, send: "a2", limits: [GLOBAL, chat(1)] }, { at: 20, send: "b", limits: [GLOBAL, chat(2)] }],
+      ["a1@0", "b@100", "a2@1000"],
+    ],
+    [
+      "sends ready for the shared bucket take it in the order they became ready, not the order they asked",
       [
-        { at: 0, record: "a" },
-        { at: 10, record: "b" },
-        { at: 20, record: "c" },
-        { at: 30, expectDelay: 970 },
+        { at: 0, send: "g", limits: [GLOBAL] },
+        { at: 0, send: "a1", limits: [chat(1), GLOBAL] },
+        { at: 10, send: "a2", limits: [chat(1), GLOBAL] },
+        { at: 20, send: "b", limits: [chat(2), GLOBAL] },
+        { at: 30, send: "c", limits: [chat(3), GLOBAL] },
       ],
-      [LIMIT, global],
-    );
+      ["g@0", "a1@100", "b@200", "c@300", "a2@1100"],
+    ],
+    [
+      "a send let through its chat keeps its place there while it waits for the shared bucket: the chat's next send waits for both",
+      [{ at: 0, send: "g", limits: [GLOBAL] }, { at: 10, send: "x", limits: [chat(1), GLOBAL] }, { at: 20, send: "y", limits: [chat(1), GLOBAL] }],
+      ["g@0", "x@100", "y@1100"],
+    ],
+    [
+      "a 429 on a chat a waiting send was let through sends it back there, and other chats take the shared bucket meanwhile",
+      [
+        { at: 0, send: "g", limits: [GLOBAL] },
+        { at: 10, send: "x", limits: [chat(1), GLOBAL] },
+        { at: 50, penalize: 500, limits: [chat(1)] },
+        { at: 60, send: "y", limits: [chat(2), GLOBAL] },
+      ],
+      ["g@0", "y@100", "x@550"],
+    ],
+    [
+      "sends under two equally fast buckets, listed in opposite orders, take them in one order: neither keeps a place the other waits for",
+      [
+        { at: 0, send: "z", limits: [ONE, OTHER] },
+        { at: 10, send: "a", limits: [ONE, OTHER] },
+        { at: 20, send: "b", limits: [OTHER, ONE] },
+      ],
+      ["z@0", "a@100", "b@200"],
+    ],
+  ];
+  it.each(sharedBucket)("%s", async (_name, steps, expected) => {
+    expect(await run(steps, [TWO, { key: "global", count: 3, intervalMs: 1000 }])).toEqual(expected);
+  });
+
+  it("however many sends wait, no more than two timers are pending — the next due, and one armed before it for later: none polls on its own", async () => {
+    const clock = manualClock();
+    const limiter = new RateLimiter(clock.now, clock.sleep);
+    const chats = 40;
+    const order: number[] = [];
+    let mostTimers = 0;
+    const ask = (c: number) =>
+      void limiter.acquire([chat(c), GLOBAL]).then((ticket) => {
+        order.push(c);
+        limiter.settle(ticket as RateTicket);
+      });
+    // Every chat asks twice at once: 39 first sends wait in line for the shared bucket, and each
+    // second send for its chat and then, behind every first, for the shared bucket.
+    for (let c = 0; c < chats; c++) ask(c);
+    for (let c = 0; c < chats; c++) ask(c);
+    for (let t = 0; t <= 10_000; t += 10) {
+      await clock.advanceTo(t);
+      mostTimers = Math.max(mostTimers, clock.pendingTimers());
+    }
+    expect(order).toEqual([...Array.from({ length: chats }, (_, c) => c), ...Array.from({ length: chats }, (_, c) => c)]);
+    expect(mostTimers).toBeLessThanOrEqual(2);
   });
 });
