@@ -69,6 +69,8 @@ const OTHER: RateLimit = { key: "chat:2", count: 1, intervalMs: 100 };
 /** A chat's own limit, slower per send than the account's GLOBAL, which all chats share. */
 const chat = (n: number): RateLimit => ({ key: `chat:${n}`, count: 1, intervalMs: 1000 });
 const GLOBAL: RateLimit = { key: "global", count: 1, intervalMs: 100 };
+/** Between a chat's limit and GLOBAL, as a Telegram group's is. */
+const GROUP: RateLimit = { key: "group:1", count: 1, intervalMs: 500 };
 
 describe("rate limiter", () => {
   const oneBucket: Array<[string, RateLimit, Step[], string[]]> = [
@@ -110,6 +112,13 @@ describe("rate limiter", () => {
       TWO,
       [{ at: 0, penalize: 3000 }, { at: 0, send: "a" }, { at: 2999, send: "b" }, { at: 3000, send: "c" }],
       ["a@3000", "b@3000", "c@3100"],
+    ],
+    [
+      // Its entry in the schedule came first, and finds no room.
+      "a 429 on a bucket whose line was due sooner holds the line until it ends",
+      ONE,
+      [{ at: 0, send: "a" }, { at: 10, send: "b" }, { at: 50, penalize: 500 }],
+      ["a@0", "b@550"],
     ],
     [
       "closing ends every wait at once, and every later one, with no send let through after",
@@ -172,6 +181,44 @@ describe("rate limiter", () => {
         { at: 20, send: "b", limits: [OTHER, ONE] },
       ],
       ["z@0", "a@100", "b@200"],
+    ],
+    [
+      // Chat 2's line was scheduled first (its send was answered first), but x asked before y.
+      "chats whose lines come due at once take the shared bucket in the order their sends asked",
+      [
+        { at: 0, send: "p", limits: [chat(1)], inFlight: true },
+        { at: 0, send: "q", limits: [chat(2)], inFlight: true },
+        { at: 10, send: "x", limits: [chat(1), GLOBAL] },
+        { at: 20, send: "y", limits: [chat(2), GLOBAL] },
+        { at: 30, settle: "q" },
+        { at: 30, settle: "p" },
+      ],
+      ["p@0", "q@0", "x@1030", "y@1130"],
+    ],
+    [
+      // x keeps its place in the group while it waits for the global bucket; a 429 on its chat
+      // sends it back there, and the place it gives up is y's at once.
+      "a send sent back by a 429 gives up the places it kept: a line waiting for one goes then, not when the send comes back through",
+      [
+        { at: 0, send: "b0", limits: [GROUP] },
+        { at: 0, send: "g0", limits: [GLOBAL], inFlight: true },
+        { at: 10, send: "x", limits: [chat(1), GROUP, GLOBAL] },
+        { at: 20, send: "y", limits: [GROUP] },
+        { at: 600, penalize: 1000, limits: [chat(1)] },
+        { at: 700, settle: "g0" },
+      ],
+      ["b0@0", "g0@0", "y@800", "x@1600"],
+    ],
+    [
+      "closing ends the waits in every bucket, those due at a time and those waiting for an answer alike",
+      [
+        { at: 0, send: "u", limits: [ONE], inFlight: true },
+        { at: 0, send: "v", limits: [ONE] },
+        { at: 0, send: "p", limits: [OTHER] },
+        { at: 10, send: "q", limits: [OTHER] },
+        { at: 20, close: true },
+      ],
+      ["u@0", "p@0", "v ended@20", "q ended@20"],
     ],
   ];
   it.each(sharedBucket)("%s", async (_name, steps, expected) => {
