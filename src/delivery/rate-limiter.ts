@@ -22,6 +22,9 @@
 import type { RateLimit } from "../channels/types.js";
 import { MinHeap } from "../util/min-heap.js";
 
+/** How often buckets gone idle are dropped: a daemon meets new chats all its life. */
+const SWEEP_MS = 60_000;
+
 interface Bucket {
   readonly key: string;
   readonly count: number;
@@ -37,6 +40,8 @@ interface Bucket {
   blockedUntil: number;
   /** Sends waiting for room here, in the order they reached it. */
   readonly queue: Send[];
+  /** Sends under this bucket from their ask until their answer: it is not dropped while any is. */
+  users: number;
   /**
    * Its entry in the heap while its line waits: never later than it next has room. Absent with a
    * line: not before a send it counts is answered.
@@ -81,6 +86,7 @@ export class RateLimiter {
    */
   private readonly timers: number[] = [];
   private closed = false;
+  private sweptAt = -Infinity;
 
   constructor(
     private readonly now: () => number = Date.now,
@@ -94,9 +100,18 @@ export class RateLimiter {
   acquire(limits: readonly RateLimit[]): Promise<RateTicket | undefined> {
     if (this.closed) return Promise.resolve(undefined);
     const t = this.now();
+    // Before this send's buckets are looked up, not after: one idle until now would be dropped
+    // from under it. Both ways: Date.now can step back.
+    if (Math.abs(t - this.sweptAt) >= SWEEP_MS) this.sweep(t);
     const send = new Send(limits.map((l) => this.bucket(l)).sort(slowestFirst), this.asked++);
+    for (const b of send.buckets) b.users++;
     if (this.advance(send, t)) return Promise.resolve(send);
     return new Promise((resolve) => (send.resolve = resolve));
+  }
+
+  /** Buckets kept, idle ones included until the next sweep: for tests and metrics. */
+  get size(): number {
+    return this.buckets.size;
   }
 
   /**
@@ -112,6 +127,7 @@ export class RateLimiter {
     const t = this.now();
     for (const b of ticket.buckets) {
       b.inflight--;
+      b.users--;
       // Date.now can step back (a clock adjusted): the window stays in order.
       let at = b.stamps.length;
       while (at > b.first && b.stamps[at - 1] > t) at--;
@@ -261,11 +277,22 @@ export class RateLimiter {
     return stamps.length - b.first;
   }
 
+  /**
+   * Drops the buckets no send is under that have nothing left in their window and no penalty:
+   * one is made afresh, empty, when its chat sends again.
+   */
+  private sweep(t: number): void {
+    this.sweptAt = t;
+    for (const [key, b] of this.buckets) {
+      if (b.users === 0 && t >= b.blockedUntil && this.live(b, t) === 0) this.buckets.delete(key);
+    }
+  }
+
   private bucket(limit: RateLimit): Bucket {
     const key = `${limit.key}|${limit.count}/${limit.intervalMs}`;
     let b = this.buckets.get(key);
     if (!b) {
-      b = { key, count: limit.count, intervalMs: limit.intervalMs, stamps: [], first: 0, inflight: 0, held: 0, blockedUntil: -Infinity, queue: [] };
+      b = { key, count: limit.count, intervalMs: limit.intervalMs, stamps: [], first: 0, inflight: 0, held: 0, blockedUntil: -Infinity, queue: [], users: 0 };
       this.buckets.set(key, b);
     }
     return b;

@@ -38,7 +38,9 @@ type Step =
   | { at: number; send: string; limits?: RateLimit[]; inFlight?: true }
   | { at: number; settle: string }
   | { at: number; penalize: number; limits?: RateLimit[] }
-  | { at: number; close: true };
+  | { at: number; close: true }
+  /** Logs "size=N": the buckets the limiter keeps. */
+  | { at: number; size: true };
 
 /** "name@time" for each send let through, "name ended@time" for each sent away, in that order. */
 async function run(steps: Step[], defaults: RateLimit[], until = 10_000): Promise<string[]> {
@@ -57,6 +59,7 @@ async function run(steps: Step[], defaults: RateLimit[], until = 10_000): Promis
       });
     } else if ("settle" in step) limiter.settle(tickets.get(step.settle) as RateTicket);
     else if ("penalize" in step) limiter.penalize(step.limits ?? defaults, step.penalize);
+    else if ("size" in step) log.push(`size=${limiter.size}`);
     else limiter.close();
   }
   await clock.advanceTo(until);
@@ -223,6 +226,46 @@ describe("rate limiter", () => {
   ];
   it.each(sharedBucket)("%s", async (_name, steps, expected) => {
     expect(await run(steps, [TWO, { key: "global", count: 3, intervalMs: 1000 }])).toEqual(expected);
+  });
+
+  it("drops the buckets of chats gone quiet at the next sweep (a minute on), keeping those a send is under (waiting, in flight or yet to reach), a 429 blocks or whose window still counts a send", async () => {
+    const SLOW: RateLimit = { key: "slow", count: 1, intervalMs: 100_000 };
+    const FAST: RateLimit = { key: "fast", count: 1, intervalMs: 10 };
+    const LONG: RateLimit = { key: "long", count: 1, intervalMs: 90_000 };
+    const steps: Step[] = [
+      { at: 0, send: "a1", limits: [chat(1)] },
+      { at: 0, send: "b1", limits: [chat(2)] },
+      { at: 0, send: "c1", limits: [chat(3)], inFlight: true },
+      { at: 0, penalize: 120_000, limits: [chat(4)] },
+      { at: 0, send: "l1", limits: [LONG] },
+      { at: 0, send: "s1", limits: [SLOW] },
+      // Waits for SLOW until 100,000; FAST, which it has yet to reach, has nothing in it till then.
+      { at: 0, send: "s2", limits: [SLOW, FAST] },
+      { at: 0, size: true },
+      // Not swept on every send: chat:1 and chat:2, idle since 0, are still kept.
+      { at: 30_000, send: "e", limits: [chat(5)] },
+      { at: 30_000, size: true },
+      // The sweep, before this send's bucket is looked up: chat:1, chat:2 and chat:5 go, chat:1 comes back.
+      { at: 60_000, send: "a2", limits: [chat(1)] },
+      { at: 60_000, size: true },
+      // Each waits as long as it would have with no sweep.
+      { at: 60_000, send: "c2", limits: [chat(3)] },
+      { at: 60_000, send: "d2", limits: [chat(4)] },
+      { at: 60_000, send: "l2", limits: [LONG] },
+      { at: 60_500, send: "a3", limits: [chat(1)] },
+      { at: 61_000, settle: "c1" },
+      { at: 100_000, send: "f", limits: [FAST] },
+      // Everything has finished and left its window: only chat:9's own bucket is left.
+      { at: 200_000, send: "z", limits: [chat(9)] },
+      { at: 200_000, size: true },
+    ];
+    expect(await run(steps, [], 200_000)).toEqual([
+      "a1@0", "b1@0", "c1@0", "l1@0", "s1@0", "size=7",
+      "e@30000", "size=8",
+      "a2@60000", "size=6",
+      "a3@61000", "c2@62000", "l2@90000", "s2@100000", "f@100010", "d2@120000",
+      "z@200000", "size=1",
+    ]);
   });
 
   it("however many sends wait, no more than two timers are pending — the next due, and one armed before it for later: none polls on its own", async () => {
