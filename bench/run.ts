@@ -4,7 +4,7 @@
  * Benchmarks print figures; they never pass or fail a build (DESIGN "Tests").
  *
  *   npm run bench                 # everything (~2 minutes on 2 cores)
- *   BENCH_ONLY=gateway npm run bench   # one group: inbound | gateway | send | caches
+ *   BENCH_ONLY=gateway npm run bench   # one group: inbound | gateway | send | caches | limiter
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import { benchGateway } from "./gateway.js";
 import { benchCorePipeline, benchTelegramInbound, benchWireFloor, DAEMON_APPENDS_PER_MESSAGE, DAEMON_MODEL_BODY_BYTES, WORKLOAD, type InboundFigures, type InboundOptions } from "./inbound.js";
 import { benchEviction } from "./bounded-map.js";
+import { benchRateLimiter, LIMITER_WORKLOAD } from "./rate-limiter.js";
 import { benchSessionsSend } from "./sessions-send.js";
 import { hostCheckMs, hostIoCheckMs } from "./lib/host-check.js";
 import { spread, type Spread } from "./lib/stats.js";
@@ -131,6 +132,20 @@ if (!only || only === "caches") {
     add(`full cache of ${size.toLocaleString("en")} entries, insert + evict oldest: plain Map`, "µs", spread(runs.map((r) => r[i].plainMapUs)), undefined, "done inbound ids, finished outbox outcomes, run completions, idempotency results");
     add(`full cache of ${size.toLocaleString("en")} entries, insert + evict oldest: BoundedMap (used)`, "µs", spread(runs.map((r) => r[i].boundedMapUs)));
   }
+}
+
+if (!only || only === "limiter") {
+  process.stderr.write("bench: rate limiter…\n");
+  for (let i = 0; i < 5; i++) await benchRateLimiter(); // warms the JIT, which takes several runs here: not counted
+  const runs: number[] = [];
+  for (let i = 0; i < 5; i++) runs.push(await benchRateLimiter());
+  add(
+    `rate limiter: ${LIMITER_WORKLOAD.chats.toLocaleString("en")} chats waiting, CPU per send`,
+    "µs",
+    spread(runs),
+    undefined,
+    `${LIMITER_WORKLOAD.sendsPerChat} sends queued per chat under its 1/s and a shared 30/s, answered 50–250 ms after each grant, on a fake clock (bench/rate-limiter.ts)`,
+  );
 }
 
 await checkHost();

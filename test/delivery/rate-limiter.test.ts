@@ -38,7 +38,9 @@ type Step =
   | { at: number; send: string; limits?: RateLimit[]; inFlight?: true }
   | { at: number; settle: string }
   | { at: number; penalize: number; limits?: RateLimit[] }
-  | { at: number; close: true };
+  | { at: number; close: true }
+  /** Logs "size=N": the buckets the limiter keeps. */
+  | { at: number; size: true };
 
 /** "name@time" for each send let through, "name ended@time" for each sent away, in that order. */
 async function run(steps: Step[], defaults: RateLimit[], until = 10_000): Promise<string[]> {
@@ -57,6 +59,7 @@ async function run(steps: Step[], defaults: RateLimit[], until = 10_000): Promis
       });
     } else if ("settle" in step) limiter.settle(tickets.get(step.settle) as RateTicket);
     else if ("penalize" in step) limiter.penalize(step.limits ?? defaults, step.penalize);
+    else if ("size" in step) log.push(`size=${limiter.size}`);
     else limiter.close();
   }
   await clock.advanceTo(until);
@@ -69,6 +72,8 @@ const OTHER: RateLimit = { key: "chat:2", count: 1, intervalMs: 100 };
 /** A chat's own limit, slower per send than the account's GLOBAL, which all chats share. */
 const chat = (n: number): RateLimit => ({ key: `chat:${n}`, count: 1, intervalMs: 1000 });
 const GLOBAL: RateLimit = { key: "global", count: 1, intervalMs: 100 };
+/** Between a chat's limit and GLOBAL, as a Telegram group's is. */
+const GROUP: RateLimit = { key: "group:1", count: 1, intervalMs: 500 };
 
 describe("rate limiter", () => {
   const oneBucket: Array<[string, RateLimit, Step[], string[]]> = [
@@ -110,6 +115,13 @@ describe("rate limiter", () => {
       TWO,
       [{ at: 0, penalize: 3000 }, { at: 0, send: "a" }, { at: 2999, send: "b" }, { at: 3000, send: "c" }],
       ["a@3000", "b@3000", "c@3100"],
+    ],
+    [
+      // Its entry in the schedule came first, and finds no room.
+      "a 429 on a bucket whose line was due sooner holds the line until it ends",
+      ONE,
+      [{ at: 0, send: "a" }, { at: 10, send: "b" }, { at: 50, penalize: 500 }],
+      ["a@0", "b@550"],
     ],
     [
       "closing ends every wait at once, and every later one, with no send let through after",
@@ -173,9 +185,87 @@ describe("rate limiter", () => {
       ],
       ["z@0", "a@100", "b@200"],
     ],
+    [
+      // Chat 2's line was scheduled first (its send was answered first), but x asked before y.
+      "chats whose lines come due at once take the shared bucket in the order their sends asked",
+      [
+        { at: 0, send: "p", limits: [chat(1)], inFlight: true },
+        { at: 0, send: "q", limits: [chat(2)], inFlight: true },
+        { at: 10, send: "x", limits: [chat(1), GLOBAL] },
+        { at: 20, send: "y", limits: [chat(2), GLOBAL] },
+        { at: 30, settle: "q" },
+        { at: 30, settle: "p" },
+      ],
+      ["p@0", "q@0", "x@1030", "y@1130"],
+    ],
+    [
+      // x keeps its place in the group while it waits for the global bucket; a 429 on its chat
+      // sends it back there, and the place it gives up is y's at once.
+      "a send sent back by a 429 gives up the places it kept: a line waiting for one goes then, not when the send comes back through",
+      [
+        { at: 0, send: "b0", limits: [GROUP] },
+        { at: 0, send: "g0", limits: [GLOBAL], inFlight: true },
+        { at: 10, send: "x", limits: [chat(1), GROUP, GLOBAL] },
+        { at: 20, send: "y", limits: [GROUP] },
+        { at: 600, penalize: 1000, limits: [chat(1)] },
+        { at: 700, settle: "g0" },
+      ],
+      ["b0@0", "g0@0", "y@800", "x@1600"],
+    ],
+    [
+      "closing ends the waits in every bucket, those due at a time and those waiting for an answer alike",
+      [
+        { at: 0, send: "u", limits: [ONE], inFlight: true },
+        { at: 0, send: "v", limits: [ONE] },
+        { at: 0, send: "p", limits: [OTHER] },
+        { at: 10, send: "q", limits: [OTHER] },
+        { at: 20, close: true },
+      ],
+      ["u@0", "p@0", "v ended@20", "q ended@20"],
+    ],
   ];
   it.each(sharedBucket)("%s", async (_name, steps, expected) => {
     expect(await run(steps, [TWO, { key: "global", count: 3, intervalMs: 1000 }])).toEqual(expected);
+  });
+
+  it("drops the buckets of chats gone quiet at the next sweep (a minute on), keeping those a send is under (waiting, in flight or yet to reach), a 429 blocks or whose window still counts a send", async () => {
+    const SLOW: RateLimit = { key: "slow", count: 1, intervalMs: 100_000 };
+    const FAST: RateLimit = { key: "fast", count: 1, intervalMs: 10 };
+    const LONG: RateLimit = { key: "long", count: 1, intervalMs: 90_000 };
+    const steps: Step[] = [
+      { at: 0, send: "a1", limits: [chat(1)] },
+      { at: 0, send: "b1", limits: [chat(2)] },
+      { at: 0, send: "c1", limits: [chat(3)], inFlight: true },
+      { at: 0, penalize: 120_000, limits: [chat(4)] },
+      { at: 0, send: "l1", limits: [LONG] },
+      { at: 0, send: "s1", limits: [SLOW] },
+      // Waits for SLOW until 100,000; FAST, which it has yet to reach, has nothing in it till then.
+      { at: 0, send: "s2", limits: [SLOW, FAST] },
+      { at: 0, size: true },
+      // Not swept on every send: chat:1 and chat:2, idle since 0, are still kept.
+      { at: 30_000, send: "e", limits: [chat(5)] },
+      { at: 30_000, size: true },
+      // The sweep, before this send's bucket is looked up: chat:1, chat:2 and chat:5 go, chat:1 comes back.
+      { at: 60_000, send: "a2", limits: [chat(1)] },
+      { at: 60_000, size: true },
+      // Each waits as long as it would have with no sweep.
+      { at: 60_000, send: "c2", limits: [chat(3)] },
+      { at: 60_000, send: "d2", limits: [chat(4)] },
+      { at: 60_000, send: "l2", limits: [LONG] },
+      { at: 60_500, send: "a3", limits: [chat(1)] },
+      { at: 61_000, settle: "c1" },
+      { at: 100_000, send: "f", limits: [FAST] },
+      // Everything has finished and left its window: only chat:9's own bucket is left.
+      { at: 200_000, send: "z", limits: [chat(9)] },
+      { at: 200_000, size: true },
+    ];
+    expect(await run(steps, [], 200_000)).toEqual([
+      "a1@0", "b1@0", "c1@0", "l1@0", "s1@0", "size=7",
+      "e@30000", "size=8",
+      "a2@60000", "size=6",
+      "a3@61000", "c2@62000", "l2@90000", "s2@100000", "f@100010", "d2@120000",
+      "z@200000", "size=1",
+    ]);
   });
 
   it("however many sends wait, no more than two timers are pending — the next due, and one armed before it for later: none polls on its own", async () => {
