@@ -1,6 +1,7 @@
 /** Pure construction of outbound Bot API payloads and the send limits that apply to a target. */
 import { type OutboundTarget, PlatformError, type RateLimit } from "../../src/channels/types.js";
 import type { TelegramConfig } from "../../src/config/schema.js";
+import { limitAtRate } from "../../src/delivery/rate-limiter.js";
 import { GENERAL_TOPIC_ID } from "./map-update.js";
 
 export interface SendMessageParams {
@@ -59,11 +60,6 @@ export function isGroupTarget(to: string): boolean {
  */
 export function rateLimitsFor(target: OutboundTarget, limits: TelegramConfig["rateLimit"] = {}): RateLimit[] {
   const key = `chat:${target.to}`;
-  const chat = isGroupTarget(target.to) ? bucket(key, limits.perChatPerMinute ?? 20, 60_000) : bucket(key, limits.perChatPerSecond ?? 1, 1000);
-  return [chat, bucket("global", limits.globalPerSecond ?? 30, 1000)];
-}
-
-/** A fractional rate (0.5/s) becomes one send per stretched interval, since buckets count whole sends. */
-function bucket(key: string, rate: number, intervalMs: number): RateLimit {
-  return rate >= 1 ? { key, count: Math.floor(rate), intervalMs } : { key, count: 1, intervalMs: Math.round(intervalMs / rate) };
+  const chat = isGroupTarget(target.to) ? limitAtRate(key, limits.perChatPerMinute ?? 20, 60_000) : limitAtRate(key, limits.perChatPerSecond ?? 1, 1000);
+  return [chat, limitAtRate("global", limits.globalPerSecond ?? 30, 1000)];
 }

@@ -7,23 +7,19 @@
  */
 import type { RateLimit } from "../../src/channels/types.js";
 import type { WhatsAppConfig } from "../../src/config/schema.js";
+import { limitAtRate } from "../../src/delivery/rate-limiter.js";
 import { jidForTarget } from "./jid.js";
 
 export const DEFAULT_PER_CHAT_PER_SECOND = 1;
 export const DEFAULT_GLOBAL_PER_SECOND = 20;
 
-/** `rate` sends per `intervalMs` as an integer token bucket (0.5/s becomes 1 per 2 s). */
-function bucket(key: string, rate: number, intervalMs: number): RateLimit {
-  return rate >= 1 ? { key, count: Math.floor(rate), intervalMs } : { key, count: 1, intervalMs: Math.round(intervalMs / rate) };
-}
-
 export function whatsappRateLimits(to: string, cfg: WhatsAppConfig["rateLimit"]): RateLimit[] {
   // "+1555…" and "1555…@s.whatsapp.net" are the same chat, so they must share a bucket.
   const chat = `chat:${jidForTarget(to) ?? to}`;
   const limits = [
-    bucket(chat, cfg.perChatPerSecond ?? DEFAULT_PER_CHAT_PER_SECOND, 1_000),
-    bucket("global", cfg.globalPerSecond ?? DEFAULT_GLOBAL_PER_SECOND, 1_000),
+    limitAtRate(chat, cfg.perChatPerSecond ?? DEFAULT_PER_CHAT_PER_SECOND, 1_000),
+    limitAtRate("global", cfg.globalPerSecond ?? DEFAULT_GLOBAL_PER_SECOND, 1_000),
   ];
-  if (cfg.perChatPerMinute) limits.push(bucket(`${chat}:minute`, cfg.perChatPerMinute, 60_000));
+  if (cfg.perChatPerMinute) limits.push(limitAtRate(`${chat}:minute`, cfg.perChatPerMinute, 60_000));
   return limits;
 }

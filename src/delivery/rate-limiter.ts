@@ -300,6 +300,14 @@ export class RateLimiter {
 }
 
 /**
+ * `rate` sends per `intervalMs` as a bucket: buckets count whole sends, so a fractional rate
+ * (0.5/s) becomes one send per stretched interval (1 per 2 s).
+ */
+export function limitAtRate(key: string, rate: number, intervalMs: number): RateLimit {
+  return rate >= 1 ? { key, count: Math.floor(rate), intervalMs } : { key, count: 1, intervalMs: Math.round(intervalMs / rate) };
+}
+
+/**
  * The bucket a send waits longest for first, holding no place while it does: a place kept in a
  * fast bucket during a long wait in a slow one is a place everyone else goes without. Ties by key,
  * so that every send takes any two buckets in the same order.

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import type { RateLimit } from "../../src/channels/types.js";
-import { RateLimiter, type RateTicket } from "../../src/delivery/rate-limiter.js";
+import { limitAtRate, RateLimiter, type RateTicket } from "../../src/delivery/rate-limiter.js";
 
 /** A clock that moves only when told to; the timers it passes fire in time order. */
 function manualClock() {
@@ -289,5 +289,17 @@ describe("rate limiter", () => {
     }
     expect(order).toEqual([...Array.from({ length: chats }, (_, c) => c), ...Array.from({ length: chats }, (_, c) => c)]);
     expect(mostTimers).toBeLessThanOrEqual(2);
+  });
+});
+
+describe("limitAtRate: a configured rate as a bucket of whole sends", () => {
+  it.each([
+    [30, 1000, { count: 30, intervalMs: 1000 }],
+    [1, 1000, { count: 1, intervalMs: 1000 }],
+    [2.7, 1000, { count: 2, intervalMs: 1000 }],
+    [0.5, 1000, { count: 1, intervalMs: 2000 }],
+    [0.3, 60_000, { count: 1, intervalMs: 200_000 }],
+  ])("%s per %s ms → %o", (rate, intervalMs, bucket) => {
+    expect(limitAtRate("chat:1", rate, intervalMs)).toEqual({ key: "chat:1", ...bucket });
   });
 });
