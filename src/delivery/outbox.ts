@@ -20,7 +20,7 @@ import type { SessionStore } from "../sessions/session-store.js";
 import type { TranscriptStore } from "../sessions/transcript.js";
 import type { KvSpace } from "../store/kv.js";
 import { chunkText } from "./chunk.js";
-import { RateLimiter } from "./rate-limiter.js";
+import { RateLimiter, type RateTicket } from "./rate-limiter.js";
 import { conservativeJournal, type SendJournal } from "./send-journal.js";
 import { BoundedMap } from "../util/bounded-map.js";
 
@@ -308,8 +308,6 @@ export class Outbox {
   private async sendChunks(record: OutboxRecord, log: pino.Logger): Promise<void> {
     const chunks = record.chunks ?? [];
     if (record.attempted !== undefined) await this.reconcile(record, log);
-    const maxAttempts = this.deps.maxAttempts ?? 50;
-    const maxAgeMs = this.deps.maxAgeMs ?? 6 * 3600_000;
     while (record.next < chunks.length) {
       if (this.stopped) return;
       const adapter = this.deps.adapter(record.target.channel, record.target.accountId);
@@ -325,61 +323,66 @@ export class Outbox {
       const limits: RateLimit[] = (adapter.rateLimitsFor?.(record.target) ?? []).map((l) => ({ ...l, key: scope + l.key }));
       const ticket = await this.limiter.acquire(limits);
       if (!ticket) return;
-      try {
-        record.attempted = record.next;
-        record.attempts++;
-        const accepted = this.accepting.get(record.id);
-        await this.persist(record);
-        // Never send a message whose enqueue write failed (the caller was told it was not accepted).
-        if (accepted) await accepted;
-        this.inflight++;
-        try {
-          await adapter.prepareSend?.(record.target);
-          if (this.stopped) {
-            record.attempted = undefined;
-            return;
-          }
-          const chunk = record.next;
-          // A platform that dedupes by idempotency key needs no line: its sends are repeated anyway.
-          const onWire = adapter.idempotentSends ? undefined : () => this.journalStarting(record.id, chunk, log);
-          // Else the adapter writes the line at the last moment (ChannelAdapter.reportsWire).
-          if (onWire && !adapter.reportsWire) onWire();
-          const receipt = await adapter.send(record.target, chunks[chunk], { idempotencyKey: `${record.id}#${chunk}`, ...(onWire && adapter.reportsWire ? { onWire } : {}) });
-          this.limiter.settle(ticket);
-          record.messageIds.push(receipt.messageId);
-          record.next++;
-          record.attempted = undefined;
-          record.error = undefined;
-          // The last chunk's acknowledgement is persisted by finish() (one write, not two).
-          if (record.next < chunks.length) await this.persist(record);
-        } catch (err) {
-          this.limiter.settle(ticket);
-          record.attempted = undefined;
-          const perr = err instanceof PlatformError ? err : new PlatformError(record.target.channel, "transport", errorMessage(err), { cause: err });
-          record.error = perr.message;
-          // Outages are retried (capped backoff) for hours: a reply is worth more late than lost.
-          if (!perr.retryable || record.attempts >= maxAttempts || this.now() - record.createdAt > maxAgeMs) {
-            log.error({ err: perr.message, code: perr.code, attempts: record.attempts }, "delivery failed");
-            await this.finish(record, "failed");
-            await this.recordDelivery(record, "failed", perr.message);
-            return;
-          }
-          const backoff = perr.retryAfterMs ?? Math.min(30_000, 500 * 2 ** (record.attempts - 1));
-          if (perr.code === "rate_limited") this.limiter.penalize(limits, backoff);
-          log.warn({ err: perr.message, code: perr.code, retryInMs: backoff }, "delivery retry scheduled");
-          await this.persist(record);
-          await this.sleep(backoff);
-        } finally {
-          this.inflight--;
-        }
-      } finally {
-        // Settled at its answer above; here for the ways out with none (stopped before the call,
-        // a failed write), where the send would otherwise keep its place in every bucket for good.
-        this.limiter.settle(ticket);
-      }
+      // Settled at its answer inside; here too for the ways out with none (stopped before the
+      // call, a failed write), where the send would otherwise keep its place in every bucket for good.
+      const next = await this.sendChunk(record, adapter, limits, ticket, log).finally(() => this.limiter.settle(ticket));
+      if (next === "stop") return;
     }
     await this.finish(record, "sent");
     await this.recordDelivery(record, record.unknownChunks?.length ? "unknown_after_send" : "sent");
+  }
+
+  /** One attempt at the record's next chunk, its rate-limit place granted: "stop" ends the record's sending. */
+  private async sendChunk(record: OutboxRecord, adapter: ChannelAdapter, limits: RateLimit[], ticket: RateTicket, log: pino.Logger): Promise<"next" | "stop"> {
+    const chunks = record.chunks ?? [];
+    record.attempted = record.next;
+    record.attempts++;
+    const accepted = this.accepting.get(record.id);
+    await this.persist(record);
+    // Never send a message whose enqueue write failed (the caller was told it was not accepted).
+    if (accepted) await accepted;
+    this.inflight++;
+    try {
+      await adapter.prepareSend?.(record.target);
+      if (this.stopped) {
+        record.attempted = undefined;
+        return "stop";
+      }
+      const chunk = record.next;
+      // A platform that dedupes by idempotency key needs no line: its sends are repeated anyway.
+      const onWire = adapter.idempotentSends ? undefined : () => this.journalStarting(record.id, chunk, log);
+      // Else the adapter writes the line at the last moment (ChannelAdapter.reportsWire).
+      if (onWire && !adapter.reportsWire) onWire();
+      const receipt = await adapter.send(record.target, chunks[chunk], { idempotencyKey: `${record.id}#${chunk}`, ...(onWire && adapter.reportsWire ? { onWire } : {}) });
+      this.limiter.settle(ticket);
+      record.messageIds.push(receipt.messageId);
+      record.next++;
+      record.attempted = undefined;
+      record.error = undefined;
+      // The last chunk's acknowledgement is persisted by finish() (one write, not two).
+      if (record.next < chunks.length) await this.persist(record);
+      return "next";
+    } catch (err) {
+      this.limiter.settle(ticket);
+      record.attempted = undefined;
+      const perr = err instanceof PlatformError ? err : new PlatformError(record.target.channel, "transport", errorMessage(err), { cause: err });
+      record.error = perr.message;
+      // Outages are retried (capped backoff) for hours: a reply is worth more late than lost.
+      if (!perr.retryable || record.attempts >= (this.deps.maxAttempts ?? 50) || this.now() - record.createdAt > (this.deps.maxAgeMs ?? 6 * 3600_000)) {
+        log.error({ err: perr.message, code: perr.code, attempts: record.attempts }, "delivery failed");
+        await this.finish(record, "failed");
+        await this.recordDelivery(record, "failed", perr.message);
+        return "stop";
+      }
+      const backoff = perr.retryAfterMs ?? Math.min(30_000, 500 * 2 ** (record.attempts - 1));
+      if (perr.code === "rate_limited") this.limiter.penalize(limits, backoff);
+      log.warn({ err: perr.message, code: perr.code, retryInMs: backoff }, "delivery retry scheduled");
+      await this.persist(record);
+      await this.sleep(backoff);
+      return "next";
+    } finally {
+      this.inflight--;
+    }
   }
 
   /**
