@@ -2,7 +2,7 @@
  * Baileys `messages.upsert` entry → InboundMessage. Only type imports from Baileys (see jid.ts).
  */
 import type { WAMessage, proto } from "@whiskeysockets/baileys";
-import type { InboundMessage } from "../../src/channels/types.js";
+import { MAX_TIMESTAMP_MS, type InboundMessage } from "../../src/channels/types.js";
 import { jidKind, normalizeJid, resolveIdentity, sameUser } from "./jid.js";
 
 /** Our own account as Baileys reports it in `sock.user` (either may be unknown before login). */
@@ -73,7 +73,8 @@ function isSelf(jid: string | null | undefined, self: SelfIdentity): boolean {
 function timestampMs(ts: WAMessage["messageTimestamp"]): number {
   // protobuf uint64 fields arrive as number or Long depending on how the message was built.
   const seconds = typeof ts === "number" ? ts : ts == null ? NaN : Number(ts.toString());
-  return Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : Date.now();
+  // A time no Date can hold (a crafted protobuf) would get the whole message rejected by the router.
+  return Number.isFinite(seconds) && seconds > 0 && seconds * 1000 <= MAX_TIMESTAMP_MS ? seconds * 1000 : Date.now();
 }
 
 /** LID identities become E.164 when we can find the phone JID; otherwise the LID stays the identity. */

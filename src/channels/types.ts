@@ -9,6 +9,12 @@ export const CHANNEL_IDS: readonly ChannelId[] = ["webchat", "telegram", "discor
 /** direct = a one-to-one chat; group = a group chat; channel = a guild/room channel (Discord). */
 export type ChatType = "direct" | "group" | "channel";
 
+/**
+ * The latest time a JavaScript Date can hold (ECMA-262: ±8.64e15 ms around 1970). A later
+ * timestamp cannot be written as an ISO time in a transcript line: the router rejects one.
+ */
+export const MAX_TIMESTAMP_MS = 8.64e15;
+
 export interface InboundMessage {
   channel: ChannelId;
   /** The bot account on that platform that received it ("default" unless configured). */
@@ -36,7 +42,7 @@ export interface InboundMessage {
   wasMentioned: boolean;
   /** Where a reply goes: platform-specific target (Telegram chat id, Discord channel id, JID). */
   to: string;
-  /** Platform timestamp (ms). */
+  /** Platform timestamp (ms since 1970): 0 (unknown: the time it is processed) to MAX_TIMESTAMP_MS. */
   timestamp: number;
   /** A forwarded message: never treated as a command. */
   forwarded?: boolean;

@@ -13,7 +13,7 @@
 import type pino from "pino";
 import { lazyChild } from "../log.js";
 import { z } from "zod";
-import type { ChannelAdapter, InboundMessage, NativeCommand, OutboundTarget } from "../channels/types.js";
+import { MAX_TIMESTAMP_MS, type ChannelAdapter, type InboundMessage, type NativeCommand, type OutboundTarget } from "../channels/types.js";
 import type { Config } from "../config/schema.js";
 import type { AgentRuntime, RunOutcome } from "../agents/runtime.js";
 import type { Outbox } from "../delivery/outbox.js";
@@ -64,7 +64,7 @@ export const InboundMessageSchema = z.object({
   messageId: Id,
   wasMentioned: z.boolean(),
   to: Id,
-  timestamp: z.number(),
+  timestamp: z.number().min(0, "must be a time in ms since 1970 (or 0 for unknown)").max(MAX_TIMESTAMP_MS, `must be a time a Date can hold (at most ${MAX_TIMESTAMP_MS} ms)`),
   forwarded: z.boolean().optional(),
   edited: z.boolean().optional(),
 });

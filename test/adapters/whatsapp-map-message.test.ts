@@ -43,6 +43,17 @@ describe("mapInbound edge cases", () => {
     expect((await mapInbound(dm({ messageTimestamp: long }), ctx))?.timestamp).toBe(1_700_000_000_000);
   });
 
+  it.each([
+    { label: "zero", ts: 0 },
+    { label: "a uint64 past any Date (Long)", ts: { toString: () => "18446744073709551615" } },
+    { label: "seconds whose milliseconds pass 8.64e15", ts: 8_640_000_000_001 },
+  ])("a timestamp no Date can hold ($label) becomes the time of receipt, so the router does not reject the message", async ({ ts }) => {
+    const before = Date.now();
+    const mapped = await mapInbound(dm({ messageTimestamp: ts as WAMessage["messageTimestamp"] }), ctx);
+    expect(mapped?.timestamp).toBeGreaterThanOrEqual(before);
+    expect(mapped?.timestamp).toBeLessThanOrEqual(Date.now());
+  });
+
   it("flags forwarded and edited messages so the core never runs them as commands", async () => {
     const fwd = await mapInbound(dm({ message: { extendedTextMessage: { text: "/send off", contextInfo: { isForwarded: true } } } }), ctx);
     expect(fwd?.forwarded).toBe(true);

@@ -4,8 +4,10 @@
  * strings, numbers at the edges), mixed with fully arbitrary JSON.
  */
 import fc from "fast-check";
+import { seedFrom } from "./seeded-random.js";
 
-export const FUZZ_SEED = 0x5b0a_2d;
+/** `SB_FUZZ_SEED=<integer>` explores other cases (a failure prints what fast-check replays it with). */
+export const FUZZ_SEED = seedFrom("SB_FUZZ_SEED", 0x5b0a_2d);
 
 const nastyStrings = fc.constantFrom(
   "",

@@ -14,3 +14,15 @@ export function seededRandom(seed: number): { next(): number; int(min: number, m
     pick: (items) => items[Math.floor(next() * items.length)],
   };
 }
+
+/**
+ * A test's fixed seed, or the integer in the environment variable `name`: every CI run checks the
+ * same cases, and a developer can run others (`SB_FUZZ_SEED=7 npx vitest run … test/fuzz`).
+ */
+export function seedFrom(name: string, fixed: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === "") return fixed;
+  const seed = Number(raw);
+  if (!Number.isSafeInteger(seed)) throw new Error(`${name} must be an integer, got ${JSON.stringify(raw)}`);
+  return seed;
+}

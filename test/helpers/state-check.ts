@@ -16,13 +16,14 @@ const DeliveryContext = z.strictObject({ channel: Channel, to: z.string().min(1)
 /**
  * A label names a session for people and for lookups (sessions.resolve, sessions_send by label):
  * a blank one names nothing and could never be asked for, and no way in (the gateway's
- * sessions.patch and agent params, the session tools' schemas) takes one over 64 characters.
+ * sessions.patch and agent params, the session tools' schemas) takes one over 64 characters —
+ * code points, as zod counts them there: "🦄" is one character and two UTF-16 units.
  */
 const LABEL_MAX = 64;
 const Label = z
   .string()
   .refine((l) => l.trim().length > 0, "label is blank")
-  .refine((l) => l.length <= LABEL_MAX, `label longer than ${LABEL_MAX} characters`);
+  .refine((l) => [...l].length <= LABEL_MAX, `label longer than ${LABEL_MAX} characters`);
 
 /** Every field SessionEntry declares, strictly: an unknown or mistyped field is corruption. */
 export const SessionEntrySchema = z.strictObject({

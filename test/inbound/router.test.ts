@@ -140,6 +140,31 @@ describe("inbound router", () => {
     expect(h.model.requests).toHaveLength(1);
   });
 
+  // Found by the inbound fuzz test under another seed: a timestamp past what a Date can hold was
+  // accepted, then its transcript line threw (toISOString), so the message stayed pending for good —
+  // never answered, deduplicated while the process lived, failing again after every restart.
+  it.each([
+    { timestamp: -1, accepted: false },
+    { timestamp: 8.64e15 + 1, accepted: false },
+    { timestamp: Number.MAX_SAFE_INTEGER, accepted: false },
+    { timestamp: 1.7976931348623157e308, accepted: false },
+    { timestamp: 0, accepted: true },
+    { timestamp: 8.64e15, accepted: true },
+    { timestamp: 1_700_000_000_000, accepted: true },
+  ])("bad input: a platform timestamp of $timestamp ms is accepted: $accepted — an accepted one is answered and its inbound record done, a rejected one names the field", async ({ timestamp, accepted }) => {
+    const { h, telegram } = await boot();
+    const msg = inbound({ text: "when?", timestamp });
+    const out = await h.app.router.accept(msg);
+    if (!accepted) {
+      expect(out).toEqual({ status: "rejected", error: expect.stringMatching(/^invalid inbound message: timestamp: /) });
+      return;
+    }
+    expect(out).toEqual({ status: "accepted" });
+    await h.app.router.idle();
+    expect(telegram.textsTo("1001")).toEqual(["echo: when?"]);
+    expect(await h.app.kv.space<{ state: string }>("inbound").get(`telegram:default:${msg.messageId}`)).toMatchObject({ state: "done" });
+  });
+
   it("a model failure answers the chat with a clear notice instead of silence", async () => {
     const { h, telegram } = await boot();
     h.model.setResponder(() => ({ status: 500, error: "upstream exploded" }));

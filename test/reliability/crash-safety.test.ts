@@ -35,10 +35,11 @@ import { parseJournal } from "../../src/delivery/send-journal.js";
 import { echoLastUser, FakeModelServer } from "../fakes/model-server.js";
 import { FakeTelegramBotApi, fakeUser, groupChat, privateChat, type FakeChat, type FakeMessage, type FakeUser } from "../fakes/telegram-bot-api.js";
 import { spawnDaemon, writeConfig, type DaemonProcess } from "../helpers/daemon-process.js";
-import { seededRandom } from "../helpers/seeded-random.js";
+import { seedFrom, seededRandom } from "../helpers/seeded-random.js";
 import { checkState } from "../helpers/state-check.js";
 
-const SEED = 0x5eed_2026;
+/** `SB_CRASH_SEED=<integer>` kills at other points, with other traffic. */
+const SEED = seedFrom("SB_CRASH_SEED", 0x5eed_2026);
 const CYCLES = 12;
 const MESSAGES_PER_SECOND = 60;
 /** How long the fake model takes per reply, and the fake Telegram per sendMessage (ms, seeded). */
