@@ -106,6 +106,7 @@ export class Daemon {
     await this.pruning;
     for (const a of this.app.adapters.values()) await a.stop().catch((err: unknown) => this.log.warn({ err, channel: a.channel }, "adapter stop failed"));
     if (this.started) {
+      this.app.router.stop();
       await this.app.runtime.drain(10_000);
       await this.app.router.idle();
       await this.app.outbox.stop();

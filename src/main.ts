@@ -141,7 +141,7 @@ clientOptions(program.command("status").description("channel health, run counts,
   call(opts, "health", {}, (p) =>
     [
       `switchboard ${p.version} — up ${Math.round(p.uptimeMs / 1000)} s, ${p.sessions} sessions, model ${p.model ?? "none"}`,
-      `runs: ${p.runs.running} running, ${p.runs.queued} queued; outbox: ${p.outbox.pending} pending`,
+      `runs: ${p.runs.running} running, ${p.runs.queued} queued; inbound: ${p.inbound.pending} pending${p.inbound.retrying ? ` (${p.inbound.retrying} waiting to retry after an I/O failure)` : ""}; outbox: ${p.outbox.pending} pending`,
       ...Object.entries(p.channels).map(([name, h]: [string, any]) => `${name}: ${h.connected ? "connected" : "disconnected"}${h.lastInboundAt ? `, last inbound ${new Date(h.lastInboundAt).toISOString()}` : ""}${h.lastError ? `, last error: ${h.lastError}` : ""}`),
     ].join("\n"),
   ),

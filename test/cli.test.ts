@@ -22,7 +22,7 @@ describe("CLI gateway clients", () => {
     const patched = await run("node", [BIN, "sessions", "patch", "main", "--send-policy", "deny", ...common]);
     expect(patched.stdout.trim()).toBe("agent:main:main: sendPolicy=deny");
     const status = await run("node", [BIN, "status", ...common]);
-    expect(status.stdout).toMatch(/runs: 0 running, 0 queued; outbox: 0 pending/);
+    expect(status.stdout).toMatch(/runs: 0 running, 0 queued; inbound: 0 pending; outbox: 0 pending/);
     const refused = await run("node", [BIN, "status", "--url", h.url, "--token", "wrong"]).catch((e) => e);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/invalid gateway token/);

@@ -199,7 +199,11 @@ export class Outbox {
    */
   async enqueue(req: OutboundRequest): Promise<{ id: string; done: Promise<OutboxResult> }> {
     const existing = this.records.get(req.id);
-    if (existing) return { id: req.id, done: this.outcome(existing) };
+    if (existing) {
+      // Accepted only once the first enqueue's write is: if it fails, so does this one.
+      await this.accepting.get(req.id);
+      return { id: req.id, done: this.outcome(existing) };
+    }
     const outcome = this.finished.get(req.id);
     if (outcome) return { id: req.id, done: Promise.resolve(outcome) };
     // Strictly increasing, so queued messages resume in the order they were enqueued.
@@ -228,6 +232,11 @@ export class Outbox {
     this.schedule(record);
     try {
       await written;
+    } catch (err) {
+      // Not accepted: forgotten, so that the caller's retry of this id is a message of its own,
+      // not this one's outcome. Its processing stops at the failed write, having sent nothing.
+      if (this.records.get(record.id) === record) this.records.delete(record.id);
+      throw err;
     } finally {
       if (this.accepting.get(record.id) === written) this.accepting.delete(record.id);
     }
@@ -278,7 +287,7 @@ export class Outbox {
 
   private async process(record: OutboxRecord): Promise<void> {
     await this.gate;
-    if (this.stopped || TERMINAL.has(record.state)) return;
+    if (this.stopped || TERMINAL.has(record.state) || this.records.get(record.id) !== record) return;
     const log = lazyChild(this.deps.log, { outboxId: record.id, sessionKey: record.sessionKey, channel: record.target.channel, accountId: record.target.accountId });
     if (record.state === "queued") {
       const verdict = this.evaluate(record.sessionKey, record.target.channel);

@@ -10,6 +10,7 @@
  * keeps the reply single.
  * A denied session still records what was said (deny means "don't deliver", not "don't listen").
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import type pino from "pino";
 import { lazyChild } from "../log.js";
 import { z } from "zod";
@@ -85,6 +86,11 @@ export interface RouterDeps extends CommandDeps {
 }
 
 const DONE_RETENTION_MS = 24 * 3600_000;
+/**
+ * Waits before processing a message again after an I/O failure (a full disk, a store that cannot
+ * write): about four minutes in all, then it is left to the next start.
+ */
+const RETRY_DELAYS_MS = [1000, 2000, 4000, 8000, 15_000, 30_000, 60_000, 120_000];
 /** A run still going after this long shows the typing indicator… */
 const TYPING_DELAY_MS = 500;
 /** …at most once per chat in this long (Telegram shows it for 5 s, Discord for 10 s). */
@@ -103,6 +109,10 @@ export class InboundRouter {
   /** Messages accepted before a restart and not finished (their transcript line may exist). */
   private readonly resumed = new Set<string>();
   private lastReceivedAt = 0;
+  /** Aborted by stop(): a message waiting to be retried is left to the next start. */
+  private readonly stopping = new AbortController();
+  /** Messages waiting to be processed again after an I/O failure (`health`). */
+  private waitingToRetry = 0;
   /** When each chat last got a typing indicator (bounded). */
   private readonly lastTyping = new BoundedMap<string, number>(10_000);
 
@@ -166,6 +176,16 @@ export class InboundRouter {
     this.schedule(rec, durable);
     await durable;
     return { status: "accepted" };
+  }
+
+  /** Accepted messages not yet finished, and how many of them wait to be retried after an I/O failure. */
+  get counts(): { pending: number; retrying: number } {
+    return { pending: this.records.size, retrying: this.waitingToRetry };
+  }
+
+  /** No more retries (shutdown): a message waiting for one stays pending, resumed at the next start. */
+  stop(): void {
+    this.stopping.abort();
   }
 
   /** Wait for everything accepted so far to finish (tests, shutdown). */
@@ -252,9 +272,9 @@ export class InboundRouter {
       () => false,
     );
     const run = prev.then(async () => {
-      if (await stored) await this.process(rec, route, command);
+      if (await stored) await this.processRetrying(rec, route, command);
     }).catch((err: unknown) => {
-      this.deps.log.error({ err, inboundId: rec.id, sessionKey: route.sessionKey }, "inbound processing failed");
+      this.deps.log.error({ err, inboundId: rec.id, sessionKey: route.sessionKey }, "inbound processing failed; the message stays pending, to be resumed at the next start");
     });
     if (!isCommand) this.lanes.set(route.sessionKey, run);
     this.inflight.add(run);
@@ -267,6 +287,33 @@ export class InboundRouter {
   private commandOf(msg: InboundMessage) {
     if (msg.forwarded || msg.edited) return null;
     return parseCommand(msg.text, { botUsername: this.deps.botUsername?.(msg.channel, msg.accountId) });
+  }
+
+  /**
+   * An I/O failure (a full disk, the store refusing a write) is retried in the message's lane —
+   * later messages of the session wait, as they would fail the same way — so that the message is
+   * answered once the fault clears, not only at the next start. It goes through the path of a
+   * message resumed after a restart: its transcript line may be written, its run may have answered.
+   * Any other failure is a bug that would fail the same way again: it is thrown at once.
+   */
+  private async processRetrying(rec: InboundRecord, route: Route, command: ParsedCommand | null): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.process(rec, route, command);
+      } catch (err) {
+        const delay = RETRY_DELAYS_MS[attempt];
+        if (!isIoError(err) || delay === undefined || this.stopping.signal.aborted) throw err;
+        this.deps.log.warn({ err, inboundId: rec.id, sessionKey: route.sessionKey, attempt: attempt + 1, retryInMs: delay }, "inbound processing failed on I/O; retrying");
+        this.resumed.add(rec.id);
+        this.waitingToRetry++;
+        try {
+          await sleep(delay, undefined, { signal: this.stopping.signal }).catch(() => undefined);
+        } finally {
+          this.waitingToRetry--;
+        }
+        if (this.stopping.signal.aborted) throw err;
+      }
+    }
   }
 
   private async process(rec: InboundRecord, route: Route, command: ParsedCommand | null): Promise<void> {
@@ -417,6 +464,12 @@ export class InboundRouter {
     this.records.delete(rec.id);
     this.doneIds.set(rec.id, true);
   }
+}
+
+/** A system call's (ENOSPC, EIO…) or SQLite's (SQLITE_FULL, SQLITE_BUSY…) failure: the kind a retry can outlast. */
+function isIoError(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === "string" && (/^E[A-Z0-9]+$/.test(code) || code.startsWith("SQLITE_"));
 }
 
 /** What the chat sees: the reply, or a short notice when the run failed (never silence). */

@@ -189,6 +189,25 @@ describe("outbox — the one outbound gate", () => {
     expect(adapter.sent.map((m) => m.text)).toEqual(["two"]);
   });
 
+  it("an enqueue whose write failed is not accepted — nor is a second enqueue of its id meanwhile — and is forgotten: the caller's retry of the id is sent, once", async () => {
+    let full = true;
+    const { outbox, adapter } = await setup({
+      watchSpace: (space) => ({
+        ...space,
+        set: (id, record) => (full && id === "r" ? Promise.reject(Object.assign(new Error("SQLITE_FULL: database or disk is full"), { code: "SQLITE_FULL" })) : space.set(id, record)),
+      }),
+    });
+    const first = outbox.enqueue({ id: "r", target, text: "hello", kind: "reply" });
+    const same = outbox.enqueue({ id: "r", target, text: "hello", kind: "reply" });
+    await expect(first).rejects.toThrow(/SQLITE_FULL/);
+    await expect(same).rejects.toThrow(/SQLITE_FULL/);
+    expect(outbox.has("r")).toBe(false);
+    full = false;
+    const retried = await outbox.enqueue({ id: "r", target, text: "hello", kind: "reply" });
+    expect(await retried.done).toMatchObject({ status: "sent" });
+    expect(adapter.sent.map((m) => m.text)).toEqual(["hello"]);
+  });
+
   it("a permanent platform error fails without retrying and is recorded", async () => {
     const { outbox, adapter } = await setup();
     adapter.failures.push(new PlatformError("telegram", "forbidden", "403 bot was blocked by the user"));

@@ -1,4 +1,8 @@
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import sqlite3 from "sqlite3";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { openKvStore } from "../../src/store/kv.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 
@@ -163,6 +167,69 @@ describe("inbound router", () => {
     await h.app.router.idle();
     expect(telegram.textsTo("1001")).toEqual(["echo: when?"]);
     expect(await h.app.kv.space<{ state: string }>("inbound").get(`telegram:default:${msg.messageId}`)).toMatchObject({ state: "done" });
+  });
+
+  it("an I/O failure while processing (the transcripts' directory unusable) is retried in the lane: once it clears, the message is answered once, recorded once and done — not left for the next start", async () => {
+    const { h, telegram } = await boot();
+    // A file where the directory of every transcript should be: no transcript can be created.
+    const dir = path.join(h.stateDir, "agents", "main", "sessions");
+    mkdirSync(path.dirname(dir), { recursive: true });
+    writeFileSync(dir, "not a directory");
+    const msg = inbound({ text: "are you there?" });
+    expect(await h.app.router.accept(msg)).toEqual({ status: "accepted" });
+    await vi.waitFor(() => expect(h.app.router.counts).toEqual({ pending: 1, retrying: 1 }));
+    expect(h.model.requests).toHaveLength(0);
+    rmSync(dir);
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: are you there?"]), { timeout: 5000 });
+    await h.app.router.idle();
+    expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0 });
+    expect(h.model.requests).toHaveLength(1);
+    expect(await h.app.kv.space<{ state: string }>("inbound").get(`telegram:default:${msg.messageId}`)).toMatchObject({ state: "done" });
+    const said = (await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(h.app.sessions.get("agent:main:main")!))).map((m) => m.role);
+    expect(said).toEqual(["user", "assistant"]);
+  });
+
+  it("a store failure on the reply's outbox write is retried: once the store writes again, the run's answer is sent once, with no second model call", async () => {
+    const { h, telegram } = await boot();
+    // The daemon's own SQLite file refuses the reply's record (a trigger of the test's, through a
+    // connection of its own): the store's statement fails as it would on a full disk.
+    const db = await new Promise<sqlite3.Database>((resolve, reject) => {
+      const d = new sqlite3.Database(path.join(h.stateDir, "switchboard.sqlite"), (err) => (err ? reject(err) : resolve(d)));
+    });
+    const exec = (sql: string) => new Promise<void>((resolve, reject) => db.exec(sql, (err) => (err ? reject(err) : resolve())));
+    try {
+      await exec("CREATE TRIGGER test_refuse_reply BEFORE INSERT ON keyv WHEN NEW.key LIKE 'outbox:reply:%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+      await h.app.router.accept(inbound({ text: "answer me" }));
+      await vi.waitFor(() => expect(h.app.router.counts.retrying).toBe(1));
+      expect(h.model.requests).toHaveLength(1);
+      expect(telegram.sent).toHaveLength(0);
+      await exec("DROP TRIGGER test_refuse_reply");
+      await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: answer me"]), { timeout: 5000 });
+      await h.app.router.idle();
+      expect(h.model.requests).toHaveLength(1);
+      expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0 });
+    } finally {
+      await new Promise<void>((resolve) => db.close(() => resolve()));
+    }
+  });
+
+  it("a message waiting for an I/O retry when the daemon stops stays pending, to be resumed at the next start (stop is not held up by the wait)", async () => {
+    const { h: daemon } = await boot();
+    const dir = path.join(daemon.stateDir, "agents", "main", "sessions");
+    mkdirSync(path.dirname(dir), { recursive: true });
+    writeFileSync(dir, "not a directory");
+    const msg = inbound({ text: "later" });
+    await daemon.app.router.accept(msg);
+    await vi.waitFor(() => expect(daemon.app.router.counts.retrying).toBe(1));
+    h = undefined;
+    await daemon.stop({ keepState: true });
+    const kv = await openKvStore(`sqlite://${path.join(daemon.stateDir, "switchboard.sqlite")}`, daemon.stateDir);
+    try {
+      expect(await kv.space<{ state: string }>("inbound").get(`telegram:default:${msg.messageId}`)).toMatchObject({ state: "pending" });
+    } finally {
+      await kv.close();
+      rmSync(daemon.stateDir, { recursive: true, force: true });
+    }
   });
 
   it("a model failure answers the chat with a clear notice instead of silence", async () => {
