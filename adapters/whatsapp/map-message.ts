@@ -2,7 +2,7 @@
  * Baileys `messages.upsert` entry → InboundMessage. Only type imports from Baileys (see jid.ts).
  */
 import type { WAMessage, proto } from "@whiskeysockets/baileys";
-import { MAX_TIMESTAMP_MS, type InboundMessage } from "../../src/channels/types.js";
+import { MAX_NAME_CHARS, MAX_TIMESTAMP_MS, type InboundMessage } from "../../src/channels/types.js";
 import { jidKind, normalizeJid, resolveIdentity, sameUser } from "./jid.js";
 
 /** Our own account as Baileys reports it in `sock.user` (either may be unknown before login). */
@@ -70,6 +70,15 @@ function isSelf(jid: string | null | undefined, self: SelfIdentity): boolean {
   return sameUser(jid, self.pn) || sameUser(jid, self.lid);
 }
 
+/**
+ * A push name is whatever the sender's client set (and a group subject whatever an admin's): one
+ * longer than the router takes would get every message of that sender or group rejected. Cut by
+ * characters, as the router counts them (a surrogate pair is never split).
+ */
+function displayName(name: string): string {
+  return name.length <= MAX_NAME_CHARS ? name : Array.from(name).slice(0, MAX_NAME_CHARS).join("");
+}
+
 function timestampMs(ts: WAMessage["messageTimestamp"]): number {
   // protobuf uint64 fields arrive as number or Long depending on how the message was built.
   const seconds = typeof ts === "number" ? ts : ts == null ? NaN : Number(ts.toString());
@@ -111,7 +120,7 @@ export async function mapInbound(msg: WAMessage, ctx: MapContext): Promise<Inbou
     messageId,
     wasMentioned: mentioned || quotedOurs,
     timestamp: timestampMs(msg.messageTimestamp),
-    ...(msg.pushName ? { senderName: msg.pushName } : {}),
+    ...(msg.pushName ? { senderName: displayName(msg.pushName) } : {}),
     ...(ci?.isForwarded ? { forwarded: true } : {}),
     ...(content.edited ? { edited: true } : {}),
   };
@@ -126,7 +135,7 @@ export async function mapInbound(msg: WAMessage, ctx: MapContext): Promise<Inbou
       peerId: chatJid,
       senderId: await identityFor(participant, [key.participantAlt, legacy.participantPn], ctx),
       to: chatJid,
-      ...(groupName ? { groupName } : {}),
+      ...(groupName ? { groupName: displayName(groupName) } : {}),
     };
   }
 

@@ -15,6 +15,9 @@ export type ChatType = "direct" | "group" | "channel";
  */
 export const MAX_TIMESTAMP_MS = 8.64e15;
 
+/** The longest display name (senderName, groupName) the router takes, in characters (code points). */
+export const MAX_NAME_CHARS = 1024;
+
 export interface InboundMessage {
   channel: ChannelId;
   /** The bot account on that platform that received it ("default" unless configured). */

@@ -14,7 +14,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type pino from "pino";
 import { lazyChild } from "../log.js";
 import { z } from "zod";
-import { MAX_TIMESTAMP_MS, type ChannelAdapter, type InboundMessage, type NativeCommand, type OutboundTarget } from "../channels/types.js";
+import { MAX_NAME_CHARS, MAX_TIMESTAMP_MS, type ChannelAdapter, type InboundMessage, type NativeCommand, type OutboundTarget } from "../channels/types.js";
 import type { Config } from "../config/schema.js";
 import type { AgentRuntime, RunOutcome } from "../agents/runtime.js";
 import type { Outbox } from "../delivery/outbox.js";
@@ -59,8 +59,8 @@ export const InboundMessageSchema = z.object({
   threadId: Id.optional(),
   parentPeerId: Id.optional(),
   senderId: z.string().max(512).refine((s) => !/\p{Cs}/u.test(s), "must be well-formed Unicode"),
-  senderName: z.string().max(1024).optional(),
-  groupName: z.string().max(1024).optional(),
+  senderName: z.string().max(MAX_NAME_CHARS).optional(),
+  groupName: z.string().max(MAX_NAME_CHARS).optional(),
   text: z.string().max(200_000),
   messageId: Id,
   wasMentioned: z.boolean(),

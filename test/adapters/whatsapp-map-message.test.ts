@@ -1,6 +1,7 @@
 import type { WAMessage, proto } from "@whiskeysockets/baileys";
 import { describe, expect, it } from "vitest";
 import { extractContent, mapInbound, type MapContext } from "../../adapters/whatsapp/map-message.js";
+import { InboundMessageSchema } from "../../src/inbound/router.js";
 
 describe("extractContent", () => {
   it.each<[string, proto.IMessage | undefined, string | undefined, boolean]>([
@@ -52,6 +53,24 @@ describe("mapInbound edge cases", () => {
     const mapped = await mapInbound(dm({ messageTimestamp: ts as WAMessage["messageTimestamp"] }), ctx);
     expect(mapped?.timestamp).toBeGreaterThanOrEqual(before);
     expect(mapped?.timestamp).toBeLessThanOrEqual(Date.now());
+  });
+
+  it.each([
+    { label: "a short name", pushName: "Ada 🦄", senderName: "Ada 🦄" },
+    { label: "2,000 letters", pushName: "a".repeat(2000), senderName: "a".repeat(1024) },
+    { label: "2,000 emoji (two UTF-16 units each)", pushName: "🦄".repeat(2000), senderName: "🦄".repeat(1024) },
+  ])("bad input: a push name of $label (the sender's client sets it) is cut to what the router takes, never splitting a character, and the message passes the router's schema", async ({ pushName, senderName }) => {
+    const mapped = await mapInbound(dm({ pushName }), ctx);
+    expect(mapped?.senderName).toBe(senderName);
+    expect(InboundMessageSchema.safeParse(mapped).success).toBe(true);
+  });
+
+  it("bad input: a group subject of 2,000 characters (an admin's client sets it) is cut to what the router takes", async () => {
+    const subject = "ü".repeat(2000);
+    const group: WAMessage = { ...dm(), key: { remoteJid: "120363000000000001@g.us", id: "G1", fromMe: false, participant: "15551234567@s.whatsapp.net" } };
+    const mapped = await mapInbound(group, { ...ctx, groupName: () => subject });
+    expect(mapped?.groupName).toBe("ü".repeat(1024));
+    expect(InboundMessageSchema.safeParse(mapped).success).toBe(true);
   });
 
   it("flags forwarded and edited messages so the core never runs them as commands", async () => {
