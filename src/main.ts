@@ -110,6 +110,15 @@ async function call(opts: ClientOpts, method: string, params: unknown, render: (
   }
 }
 
+/** " (2 waiting to retry after an I/O failure, 1 failed: resumed at the next start)", or "". */
+function inboundTrouble(counts: { retrying: number; failed: number }): string {
+  const parts = [
+    ...(counts.retrying ? [`${counts.retrying} waiting to retry after an I/O failure`] : []),
+    ...(counts.failed ? [`${counts.failed} failed: resumed at the next start, see the log`] : []),
+  ];
+  return parts.length ? ` (${parts.join(", ")})` : "";
+}
+
 const clientOptions = (cmd: Command) => cmd.option("--url <url>", "gateway URL (ws://127.0.0.1:18789/)").option("--token <token>", "gateway token (or SWITCHBOARD_GATEWAY_TOKEN)").option("--json", "print JSON");
 
 const sessions = program.command("sessions").description("inspect and steer sessions through the gateway");
@@ -141,7 +150,7 @@ clientOptions(program.command("status").description("channel health, run counts,
   call(opts, "health", {}, (p) =>
     [
       `switchboard ${p.version} — up ${Math.round(p.uptimeMs / 1000)} s, ${p.sessions} sessions, model ${p.model ?? "none"}`,
-      `runs: ${p.runs.running} running, ${p.runs.queued} queued; inbound: ${p.inbound.pending} pending${p.inbound.retrying ? ` (${p.inbound.retrying} waiting to retry after an I/O failure)` : ""}; outbox: ${p.outbox.pending} pending`,
+      `runs: ${p.runs.running} running, ${p.runs.queued} queued; inbound: ${p.inbound.pending} pending${inboundTrouble(p.inbound)}; outbox: ${p.outbox.pending} pending`,
       ...Object.entries(p.channels).map(([name, h]: [string, any]) => `${name}: ${h.connected ? "connected" : "disconnected"}${h.lastInboundAt ? `, last inbound ${new Date(h.lastInboundAt).toISOString()}` : ""}${h.lastError ? `, last error: ${h.lastError}` : ""}`),
     ].join("\n"),
   ),

@@ -113,6 +113,8 @@ export class InboundRouter {
   private readonly stopping = new AbortController();
   /** Messages waiting to be processed again after an I/O failure (`health`). */
   private waitingToRetry = 0;
+  /** Messages whose processing failed for good in this process: pending until the next start (`health`). */
+  private readonly failed = new Set<string>();
   /** When each chat last got a typing indicator (bounded). */
   private readonly lastTyping = new BoundedMap<string, number>(10_000);
 
@@ -178,9 +180,12 @@ export class InboundRouter {
     return { status: "accepted" };
   }
 
-  /** Accepted messages not yet finished, and how many of them wait to be retried after an I/O failure. */
-  get counts(): { pending: number; retrying: number } {
-    return { pending: this.records.size, retrying: this.waitingToRetry };
+  /**
+   * Accepted messages not yet finished; of them, those waiting to be retried after an I/O failure
+   * and those whose processing failed, left to the next start (only the log said so before).
+   */
+  get counts(): { pending: number; retrying: number; failed: number } {
+    return { pending: this.records.size, retrying: this.waitingToRetry, failed: this.failed.size };
   }
 
   /** No more retries (shutdown): a message waiting for one stays pending, resumed at the next start. */
@@ -274,6 +279,7 @@ export class InboundRouter {
     const run = prev.then(async () => {
       if (await stored) await this.processRetrying(rec, route, command);
     }).catch((err: unknown) => {
+      this.failed.add(rec.id);
       this.deps.log.error({ err, inboundId: rec.id, sessionKey: route.sessionKey }, "inbound processing failed; the message stays pending, to be resumed at the next start");
     });
     if (!isCommand) this.lanes.set(route.sessionKey, run);

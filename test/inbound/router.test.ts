@@ -177,12 +177,12 @@ describe("inbound router", () => {
     writeFileSync(dir, "not a directory");
     const msg = inbound({ text: "are you there?" });
     expect(await h.app.router.accept(msg)).toEqual({ status: "accepted" });
-    await vi.waitFor(() => expect(h.app.router.counts).toEqual({ pending: 1, retrying: 1 }));
+    await vi.waitFor(() => expect(h.app.router.counts).toEqual({ pending: 1, retrying: 1, failed: 0 }));
     expect(h.model.requests).toHaveLength(0);
     rmSync(dir);
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: are you there?"]), { timeout: 5000 });
     await h.app.router.idle();
-    expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0 });
+    expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0, failed: 0 });
     expect(h.model.requests).toHaveLength(1);
     expect(await h.app.kv.space<{ state: string }>("inbound").get(`telegram:default:${msg.messageId}`)).toMatchObject({ state: "done" });
     const said = (await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(h.app.sessions.get("agent:main:main")!))).map((m) => m.role);
@@ -207,7 +207,7 @@ describe("inbound router", () => {
       await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: answer me"]), { timeout: 5000 });
       await h.app.router.idle();
       expect(h.model.requests).toHaveLength(1);
-      expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0 });
+      expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0, failed: 0 });
     } finally {
       await new Promise<void>((resolve) => db.close(() => resolve()));
     }
@@ -223,6 +223,7 @@ describe("inbound router", () => {
     await vi.waitFor(() => expect(daemon.app.router.counts.retrying).toBe(1));
     h = undefined;
     await daemon.stop({ keepState: true });
+    expect(daemon.app.router.counts).toEqual({ pending: 1, retrying: 0, failed: 1 });
     const kv = await openKvStore(`sqlite://${path.join(daemon.stateDir, "switchboard.sqlite")}`, daemon.stateDir);
     try {
       expect(await kv.space<{ state: string }>("inbound").get(`telegram:default:${msg.messageId}`)).toMatchObject({ state: "pending" });
