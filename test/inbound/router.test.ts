@@ -177,7 +177,7 @@ describe("inbound router", () => {
     writeFileSync(dir, "not a directory");
     const msg = inbound({ text: "are you there?" });
     expect(await h.app.router.accept(msg)).toEqual({ status: "accepted" });
-    await vi.waitFor(() => expect(h.app.router.counts).toEqual({ pending: 1, retrying: 1, failed: 0 }));
+    await vi.waitFor(() => expect(h.app.router.counts).toEqual({ pending: 1, retrying: 1, failed: 0 }), { timeout: 5000 });
     expect(h.model.requests).toHaveLength(0);
     rmSync(dir);
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: are you there?"]), { timeout: 5000 });
@@ -200,7 +200,7 @@ describe("inbound router", () => {
     try {
       await exec("CREATE TRIGGER test_refuse_reply BEFORE INSERT ON keyv WHEN NEW.key LIKE 'outbox:reply:%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
       await h.app.router.accept(inbound({ text: "answer me" }));
-      await vi.waitFor(() => expect(h.app.router.counts.retrying).toBe(1));
+      await vi.waitFor(() => expect(h.app.router.counts.retrying).toBe(1), { timeout: 5000 });
       expect(h.model.requests).toHaveLength(1);
       expect(telegram.sent).toHaveLength(0);
       await exec("DROP TRIGGER test_refuse_reply");
@@ -220,7 +220,7 @@ describe("inbound router", () => {
     writeFileSync(dir, "not a directory");
     const msg = inbound({ text: "later" });
     await daemon.app.router.accept(msg);
-    await vi.waitFor(() => expect(daemon.app.router.counts.retrying).toBe(1));
+    await vi.waitFor(() => expect(daemon.app.router.counts.retrying).toBe(1), { timeout: 5000 });
     h = undefined;
     await daemon.stop({ keepState: true });
     expect(daemon.app.router.counts).toEqual({ pending: 1, retrying: 0, failed: 1 });
