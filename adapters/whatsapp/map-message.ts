@@ -75,7 +75,7 @@ function isSelf(jid: string | null | undefined, self: SelfIdentity): boolean {
  * longer than the router takes would get every message of that sender or group rejected. Cut by
  * characters, as the router counts them (a surrogate pair is never split).
  */
-function displayName(name: string): string {
+function withinNameLimit(name: string): string {
   return name.length <= MAX_NAME_CHARS ? name : Array.from(name).slice(0, MAX_NAME_CHARS).join("");
 }
 
@@ -120,7 +120,7 @@ export async function mapInbound(msg: WAMessage, ctx: MapContext): Promise<Inbou
     messageId,
     wasMentioned: mentioned || quotedOurs,
     timestamp: timestampMs(msg.messageTimestamp),
-    ...(msg.pushName ? { senderName: displayName(msg.pushName) } : {}),
+    ...(msg.pushName ? { senderName: withinNameLimit(msg.pushName) } : {}),
     ...(ci?.isForwarded ? { forwarded: true } : {}),
     ...(content.edited ? { edited: true } : {}),
   };
@@ -135,7 +135,7 @@ export async function mapInbound(msg: WAMessage, ctx: MapContext): Promise<Inbou
       peerId: chatJid,
       senderId: await identityFor(participant, [key.participantAlt, legacy.participantPn], ctx),
       to: chatJid,
-      ...(groupName ? { groupName: displayName(groupName) } : {}),
+      ...(groupName ? { groupName: withinNameLimit(groupName) } : {}),
     };
   }
 

@@ -21,6 +21,14 @@ async function boot(config: NonNullable<Parameters<typeof startHarness>[0]>["con
   return { h, telegram };
 }
 
+/** A file where the directory of every transcript should be: no transcript can be created. Returns its path. */
+function blockTranscripts(stateDir: string): string {
+  const dir = path.join(stateDir, "agents", "main", "sessions");
+  mkdirSync(path.dirname(dir), { recursive: true });
+  writeFileSync(dir, "not a directory");
+  return dir;
+}
+
 describe("inbound router", () => {
   it("D1 R1 a direct message runs the agent on agent:main:main and the reply goes back through the outbox", async () => {
     const { h, telegram } = await boot();
@@ -171,10 +179,7 @@ describe("inbound router", () => {
 
   it("an I/O failure while processing (the transcripts' directory unusable) is retried in the lane: once it clears, the message is answered once, recorded once and done — not left for the next start", async () => {
     const { h, telegram } = await boot();
-    // A file where the directory of every transcript should be: no transcript can be created.
-    const dir = path.join(h.stateDir, "agents", "main", "sessions");
-    mkdirSync(path.dirname(dir), { recursive: true });
-    writeFileSync(dir, "not a directory");
+    const dir = blockTranscripts(h.stateDir);
     const msg = inbound({ text: "are you there?" });
     expect(await h.app.router.accept(msg)).toEqual({ status: "accepted" });
     await vi.waitFor(() => expect(h.app.router.counts).toEqual({ pending: 1, retrying: 1, failed: 0 }), { timeout: 5000 });
@@ -215,9 +220,7 @@ describe("inbound router", () => {
 
   it("a message waiting for an I/O retry when the daemon stops stays pending, to be resumed at the next start (stop is not held up by the wait)", async () => {
     const { h: daemon } = await boot();
-    const dir = path.join(daemon.stateDir, "agents", "main", "sessions");
-    mkdirSync(path.dirname(dir), { recursive: true });
-    writeFileSync(dir, "not a directory");
+    blockTranscripts(daemon.stateDir);
     const msg = inbound({ text: "later" });
     await daemon.app.router.accept(msg);
     await vi.waitFor(() => expect(daemon.app.router.counts.retrying).toBe(1), { timeout: 5000 });
