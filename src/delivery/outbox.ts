@@ -227,16 +227,22 @@ export class Outbox {
     // Scheduled before this write completes, so that the first chunk's `attempted` write usually
     // lands in the same commit (one commit fewer before the send); nothing is sent until this
     // write, issued first, has committed (see sendChunks).
-    const written = this.persist(record);
+    const written = this.persist(record).catch((err: unknown) => {
+      // Not accepted: forgotten (before anyone awaiting this write resumes), so that the caller's
+      // retry of this id is a message of its own, not this one's outcome, and its processing
+      // stops having sent nothing. A first chunk's `attempted` mark issued meanwhile may have
+      // committed on its own: the row is deleted after it (the store keeps issue order), or a
+      // restart would send what the caller was told was not accepted.
+      if (this.records.get(record.id) === record) {
+        this.records.delete(record.id);
+        this.deps.space.delete(record.id).catch((cause: unknown) => this.deps.log.error({ err: cause, outboxId: record.id }, "could not remove the record of a message not accepted"));
+      }
+      throw err;
+    });
     this.accepting.set(record.id, written);
     this.schedule(record);
     try {
       await written;
-    } catch (err) {
-      // Not accepted: forgotten, so that the caller's retry of this id is a message of its own,
-      // not this one's outcome. Its processing stops at the failed write, having sent nothing.
-      if (this.records.get(record.id) === record) this.records.delete(record.id);
-      throw err;
     } finally {
       if (this.accepting.get(record.id) === written) this.accepting.delete(record.id);
     }
@@ -293,6 +299,7 @@ export class Outbox {
       const verdict = this.evaluate(record.sessionKey, record.target.channel);
       record.policy = verdict.reason;
       if (verdict.decision === "deny" && !record.ownerCommandAnswer) {
+        if (!(await this.accepted(record))) return;
         log.info({ kind: record.kind, reason: verdict.reason }, "delivery suppressed by send policy");
         await this.finish(record, "suppressed");
         await this.recordDelivery(record, "suppressed", `send policy deny (${verdict.reason})`);
@@ -300,6 +307,7 @@ export class Outbox {
       }
       const adapter = this.deps.adapter(record.target.channel, record.target.accountId);
       if (!adapter) {
+        if (!(await this.accepted(record))) return;
         record.error = `channel not connected: ${record.target.channel} (account ${record.target.accountId})`;
         log.warn(record.error);
         await this.finish(record, "failed");
@@ -344,12 +352,20 @@ export class Outbox {
   /** One attempt at the record's next chunk, its rate-limit place granted: "stop" ends the record's sending. */
   private async sendChunk(record: OutboxRecord, adapter: ChannelAdapter, limits: RateLimit[], ticket: RateTicket, log: pino.Logger): Promise<"next" | "stop"> {
     const chunks = record.chunks ?? [];
+    // Never send a message whose enqueue write failed (the caller was told it was not accepted):
+    // checked before the mark is issued (a write after enqueue's delete would bring the row back)
+    // and after it (the enqueue write, issued first, may still fail).
+    if (this.records.get(record.id) !== record) return "stop";
     record.attempted = record.next;
     record.attempts++;
-    const accepted = this.accepting.get(record.id);
-    await this.persist(record);
-    // Never send a message whose enqueue write failed (the caller was told it was not accepted).
-    if (accepted) await accepted;
+    const marked = this.persist(record);
+    // Observed at once (it is awaited only once acceptance is known): not an unhandled rejection.
+    marked.catch(() => undefined);
+    if (!(await this.accepted(record))) {
+      record.attempted = undefined;
+      return "stop";
+    }
+    await marked;
     this.inflight++;
     try {
       await adapter.prepareSend?.(record.target);
@@ -422,6 +438,15 @@ export class Outbox {
       log.warn({ chunk: index }, "send interrupted by a restart; chunk not re-sent (unknown_after_send)");
     }
     await this.persist(record);
+  }
+
+  /**
+   * Whether the record's enqueue write committed, once it has settled: nothing is sent or decided
+   * for a message the caller was told was not accepted (enqueue forgets it when the write fails).
+   */
+  private async accepted(record: OutboxRecord): Promise<boolean> {
+    await this.accepting.get(record.id)?.catch(() => undefined);
+    return this.records.get(record.id) === record;
   }
 
   private async finish(record: OutboxRecord, state: OutboxState): Promise<void> {

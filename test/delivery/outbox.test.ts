@@ -208,6 +208,82 @@ describe("outbox — the one outbound gate", () => {
     expect(adapter.sent.map((m) => m.text)).toEqual(["hello"]);
   });
 
+  it("an enqueue write that fails after the first chunk's attempted mark committed on its own leaves no row: a restart sends nothing the caller was told was not accepted", async () => {
+    const full = Object.assign(new Error("SQLITE_FULL: database or disk is full"), { code: "SQLITE_FULL" });
+    let markCommitted!: () => void;
+    const afterMark = new Promise<void>((resolve) => (markCommitted = resolve));
+    const first = await setup({
+      watchSpace: (space) => ({
+        ...space,
+        // The accepting write (no mark yet) fails only once the mark, issued after it, is stored.
+        set: (id, record) => (id !== "r" ? space.set(id, record) : record.attempted === undefined ? afterMark.then(() => Promise.reject(full)) : space.set(id, record).then(markCommitted)),
+      }),
+    });
+    await expect(first.outbox.enqueue({ id: "r", target, text: "not accepted", kind: "reply" })).rejects.toThrow(/SQLITE_FULL/);
+    await vi.waitFor(async () => expect(await first.kv.space<OutboxRecord>("outbox").get("r")).toBeUndefined());
+    expect(first.adapter.sent).toEqual([]);
+
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    const second = await setup({ stateDir: first.stateDir, adapter });
+    const { done } = await second.outbox.enqueue({ id: "after", target, text: "after the restart", kind: "reply" });
+    expect((await done).status).toBe("sent");
+    expect(adapter.sent.map((m) => m.text)).toEqual(["after the restart"]);
+  });
+
+  it("a message waiting for its rate limit whose enqueue write then fails is not sent when its turn comes; the caller's retry is sent, once", async () => {
+    let now = Date.now();
+    const timers: Array<() => void> = [];
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.limits = [{ key: "chat:-100", count: 1, intervalMs: 60_000 }];
+    let failWrite!: () => void;
+    const writeFails = new Promise<void>((resolve) => (failWrite = resolve));
+    let fail = true;
+    const { outbox } = await setup({
+      adapter,
+      clock: { now: () => now, sleep: () => new Promise<void>((wake) => timers.push(wake)) },
+      watchSpace: (space) => ({
+        ...space,
+        set: (id, record) => (fail && id === "r" && record.attempted === undefined ? writeFails.then(() => Promise.reject(new Error("EIO: i/o error, write"))) : space.set(id, record)),
+      }),
+    });
+    expect((await (await outbox.enqueue({ id: "first", target, text: "one", kind: "reply" })).done).status).toBe("sent");
+    const rejected = outbox.enqueue({ id: "r", target, text: "two", kind: "reply" });
+    await vi.waitFor(() => expect(timers.length).toBeGreaterThan(0));
+    failWrite();
+    await expect(rejected).rejects.toThrow(/EIO/);
+    now += 60_000;
+    for (const wake of timers.splice(0)) wake();
+    fail = false;
+    const retried = await outbox.enqueue({ id: "r", target, text: "two", kind: "reply" });
+    await vi.waitFor(() => expect(timers.length).toBeGreaterThan(0));
+    now += 60_000;
+    for (const wake of timers.splice(0)) wake();
+    expect((await retried.done).status).toBe("sent");
+    expect(adapter.sent.map((m) => m.text)).toEqual(["one", "two"]);
+  });
+
+  it("R30 no outcome is recorded for a message whose enqueue write failed: a denied one leaves no suppressed line in the transcript", async () => {
+    let failWrite!: () => void;
+    const writeFails = new Promise<void>((resolve) => (failWrite = resolve));
+    const { outbox, sessions, transcripts } = await setup({
+      watchSpace: (space) => ({
+        ...space,
+        set: (id, record) => (id === "r" && record.state === "queued" ? writeFails.then(() => Promise.reject(new Error("EIO: i/o error, write"))) : space.set(id, record)),
+      }),
+    });
+    const entry = await sessions.upsert(KEY, "main", { chatType: "group", channel: "telegram", sendPolicy: "deny" });
+    const rejected = outbox.enqueue({ id: "r", sessionKey: KEY, target, text: "secret", kind: "reply" });
+    // Its processing has begun (the policy is decided before the write settles).
+    await new Promise((resolve) => setImmediate(resolve));
+    failWrite();
+    await expect(rejected).rejects.toThrow(/EIO/);
+    const after = await outbox.enqueue({ id: "s", sessionKey: KEY, target, text: "later", kind: "reply" });
+    expect((await after.done).status).toBe("suppressed");
+    await transcripts.flush();
+    const lines = await transcripts.readLines(sessions.transcriptPath(entry));
+    expect(lines.filter((l) => l.type === "delivery").map((l) => (l as { outboxId: string }).outboxId)).toEqual(["s"]);
+  });
+
   it("a permanent platform error fails without retrying and is recorded", async () => {
     const { outbox, adapter } = await setup();
     adapter.failures.push(new PlatformError("telegram", "forbidden", "403 bot was blocked by the user"));
