@@ -33,10 +33,17 @@ interface InboundRecord {
   msg: InboundMessage;
   state: "pending" | "done";
   receivedAt: number;
+  /** How many starts have resumed it unfinished (counted before each resumed attempt). */
+  resumes?: number;
+  /** The last failure of its processing (a bug's, or I/O's once retries ran out), for the log. */
+  lastError?: string;
 }
 
-/** A finished message is kept as its id alone: enough to ignore a platform redelivery. */
-type StoredInbound = InboundRecord | { id: string; state: "done"; receivedAt: number };
+/**
+ * A finished message is kept as its id alone: enough to ignore a platform redelivery. One given up
+ * (see MAX_RESUMES) keeps what was said, for the operator, until it is pruned with the rest.
+ */
+type StoredInbound = InboundRecord | { id: string; state: "done"; receivedAt: number; givenUp?: { msg: InboundMessage; resumes: number; lastError?: string } };
 
 /** Ids end up in store keys and session keys: non-blank, and well-formed Unicode (see kv.ts). */
 const Id = z
@@ -91,6 +98,15 @@ const DONE_RETENTION_MS = 24 * 3600_000;
  * write): about four minutes in all, then it is left to the next start.
  */
 const RETRY_DELAYS_MS = [1000, 2000, 4000, 8000, 15_000, 30_000, 60_000, 120_000];
+/**
+ * A message whose processing began again after this many starts without finishing is given up:
+ * it failed every time (a bug it triggers) or the process died during it every time (a crash it
+ * causes — left alone, the daemon would crash at every start). The chat gets a notice instead of
+ * a reply. Kills that merely happen to land while it is in flight stay well below this (the crash
+ * test's twelve kills in fifteen seconds: at most 4 in a row — see README).
+ */
+export const MAX_RESUMES = 10;
+export const GIVEN_UP_NOTICE = "⚠️ This message could not be processed: it failed every time it was tried. The operator's log has the details.";
 /** A run still going after this long shows the typing indicator… */
 const TYPING_DELAY_MS = 500;
 /** …at most once per chat in this long (Telegram shows it for 5 s, Discord for 10 s). */
@@ -115,6 +131,8 @@ export class InboundRouter {
   private waitingToRetry = 0;
   /** Messages whose processing failed for good in this process: pending until the next start (`health`). */
   private readonly failed = new Set<string>();
+  /** Messages given up in this process (MAX_RESUMES; `health`). */
+  private givenUp = 0;
   /** When each chat last got a typing indicator (bounded). */
   private readonly lastTyping = new BoundedMap<string, number>(10_000);
 
@@ -136,8 +154,8 @@ export class InboundRouter {
       }
       this.records.set(rec.id, rec);
       this.resumed.add(rec.id);
-      this.deps.log.info({ inboundId: rec.id }, "resuming inbound message accepted before restart");
-      this.schedule(rec);
+      this.deps.log.info({ inboundId: rec.id, resumes: rec.resumes ?? 0 }, "resuming inbound message accepted before restart");
+      this.schedule(rec, Promise.resolve(), { countResume: true });
     }
     await Promise.all(expired);
   }
@@ -184,8 +202,8 @@ export class InboundRouter {
    * Accepted messages not yet finished; of them, those waiting to be retried after an I/O failure
    * and those whose processing failed, left to the next start (only the log said so before).
    */
-  get counts(): { pending: number; retrying: number; failed: number } {
-    return { pending: this.records.size, retrying: this.waitingToRetry, failed: this.failed.size };
+  get counts(): { pending: number; retrying: number; failed: number; givenUp: number } {
+    return { pending: this.records.size, retrying: this.waitingToRetry, failed: this.failed.size, givenUp: this.givenUp };
   }
 
   /** No more retries (shutdown): a message waiting for one stays pending, resumed at the next start. */
@@ -265,8 +283,13 @@ export class InboundRouter {
     return { kind: "run", done: delivered };
   }
 
-  /** `durable`: the accept write; the message is processed only once it is stored. */
-  private schedule(rec: InboundRecord, durable: Promise<void> = Promise.resolve()): void {
+  /**
+   * `durable`: the accept write; the message is processed only once it is stored. `countResume`:
+   * a message resumed at start, whose attempt is counted (durably, before it begins: a message
+   * that crashes the process is counted too) — when it begins, not at start-up, so that a process
+   * killed while starting does not count against the messages it had not reached.
+   */
+  private schedule(rec: InboundRecord, durable: Promise<void> = Promise.resolve(), opts: { countResume?: boolean } = {}): void {
     const route = resolveRoute(this.deps.config, rec.msg);
     // Commands bypass the session lane: `/stop` must not wait behind the run it stops.
     const command = this.commandOf(rec.msg);
@@ -277,10 +300,17 @@ export class InboundRouter {
       () => false,
     );
     const run = prev.then(async () => {
-      if (await stored) await this.processRetrying(rec, route, command);
+      if (!(await stored)) return;
+      if (opts.countResume) {
+        rec.resumes = (rec.resumes ?? 0) + 1;
+        await this.deps.space.set(rec.id, rec).catch((err: unknown) => this.deps.log.error({ err, inboundId: rec.id }, "could not count the resume of an inbound message"));
+      }
+      await this.processRetrying(rec, route, command);
     }).catch((err: unknown) => {
       this.failed.add(rec.id);
-      this.deps.log.error({ err, inboundId: rec.id, sessionKey: route.sessionKey }, "inbound processing failed; the message stays pending, to be resumed at the next start");
+      this.deps.log.error({ err, inboundId: rec.id, sessionKey: route.sessionKey, resumes: rec.resumes ?? 0 }, "inbound processing failed; the message stays pending, to be resumed at the next start");
+      rec.lastError = errorText(err);
+      this.deps.space.set(rec.id, rec).catch(() => undefined);
     });
     if (!isCommand) this.lanes.set(route.sessionKey, run);
     this.inflight.add(run);
@@ -327,6 +357,7 @@ export class InboundRouter {
     const { config, sessions, transcripts, outbox } = this.deps;
     const log = lazyChild(this.deps.log, { channel: msg.channel, accountId: msg.accountId, sessionKey: route.sessionKey, inboundId: rec.id });
     const target: OutboundTarget = { channel: msg.channel, accountId: msg.accountId, to: msg.to, ...(msg.threadId ? { threadId: msg.threadId } : {}) };
+    if ((rec.resumes ?? 0) > MAX_RESUMES) return this.giveUp(rec, route, command, target, log);
     if (command) {
       if (!isOwner(config, msg.channel, msg.senderId)) {
         // Ignored, never answered, never run as a prompt (interfaces §5).
@@ -369,6 +400,22 @@ export class InboundRouter {
       if (text) await outbox.enqueue({ id: replyId, sessionKey: route.sessionKey, target, text, kind: "reply" });
     }
     return this.finish(rec, entryWritten);
+  }
+
+  /**
+   * The chat is told, where the message would have been answered at all (not a non-owner's
+   * command, not an unmentioned group message; the outbox applies the send policy as ever), and
+   * the message is finished with what was said kept in its record.
+   */
+  private async giveUp(rec: InboundRecord, route: Route, command: ParsedCommand | null, target: OutboundTarget, log: pino.Logger): Promise<void> {
+    const { msg } = rec;
+    const resumes = rec.resumes ?? 0;
+    log.error({ resumes, lastError: rec.lastError ?? "none recorded (the process died during it)" }, "inbound message given up: its processing did not finish in any of its attempts; the chat gets a notice instead of a reply");
+    const answered = command ? isOwner(this.deps.config, msg.channel, msg.senderId) : msg.chatType === "direct" || !this.requiresMention(msg) || msg.wasMentioned;
+    const noticeId = `reply:${rec.id}`;
+    if (answered && !this.deps.outbox.has(noticeId)) await this.deps.outbox.enqueue({ id: noticeId, sessionKey: route.sessionKey, target, text: GIVEN_UP_NOTICE, kind: "reply" });
+    await this.finish(rec, undefined, { msg, resumes, ...(rec.lastError ? { lastError: rec.lastError } : {}) });
+    this.givenUp++;
   }
 
   private async runWithTyping(route: Route, msg: InboundMessage, inboundId: string, target: OutboundTarget): Promise<RunOutcome> {
@@ -462,11 +509,11 @@ export class InboundRouter {
   }
 
   /** `after`: a write of this message's processing that must be stored before it counts as done. */
-  private async finish(rec: InboundRecord, after?: Promise<void>): Promise<void> {
+  private async finish(rec: InboundRecord, after?: Promise<void>, givenUp?: { msg: InboundMessage; resumes: number; lastError?: string }): Promise<void> {
     await after;
     rec.state = "done";
     this.resumed.delete(rec.id);
-    await this.deps.space.set(rec.id, { id: rec.id, state: "done", receivedAt: rec.receivedAt });
+    await this.deps.space.set(rec.id, { id: rec.id, state: "done", receivedAt: rec.receivedAt, ...(givenUp ? { givenUp } : {}) });
     this.records.delete(rec.id);
     this.doneIds.set(rec.id, true);
   }
@@ -476,6 +523,11 @@ export class InboundRouter {
 function isIoError(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === "string" && (/^E[A-Z0-9]+$/.test(code) || code.startsWith("SQLITE_"));
+}
+
+/** An error's message, bounded (it is stored with the record). */
+function errorText(err: unknown): string {
+  return (err instanceof Error ? err.message : String(err)).slice(0, 1000);
 }
 
 /** What the chat sees: the reply, or a short notice when the run failed (never silence). */

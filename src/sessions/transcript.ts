@@ -266,15 +266,17 @@ export class TranscriptStore {
 
   /** First write to a file in this process: create it with a header, or fence off a torn tail. */
   private async prepare(ref: TranscriptRef): Promise<{ prefix: string; created: boolean }> {
+    const header = (): string => `${JSON.stringify({ type: "session", version: 1, id: ref.sessionId, key: ref.key, timestamp: new Date().toISOString() } satisfies TranscriptLine)}\n`;
     const handle = await fs.open(ref.path, "r").catch(() => undefined);
     if (!handle) {
       await fs.mkdir(path.dirname(ref.path), { recursive: true });
-      const header: TranscriptLine = { type: "session", version: 1, id: ref.sessionId, key: ref.key, timestamp: new Date().toISOString() };
-      return { prefix: `${JSON.stringify(header)}\n`, created: true };
+      return { prefix: header(), created: true };
     }
     try {
       const { size } = await handle.stat();
-      if (size === 0) return { prefix: "", created: false };
+      // Created, then killed before its first write (the append handle opens the file a thread-pool
+      // round trip before the header goes in with the first line): it still needs its header.
+      if (size === 0) return { prefix: header(), created: true };
       const buf = Buffer.alloc(1);
       await handle.read(buf, 0, 1, size - 1);
       return { prefix: buf[0] === 0x0a ? "" : "\n", created: false };

@@ -68,7 +68,12 @@ export interface StateReport {
   spaces: Map<string, Array<[string, unknown]>>;
 }
 
-export async function checkState(stateDir: string, opts: { spaces?: string[] } = {}): Promise<StateReport> {
+/**
+ * `killed`: the directory of a process killed mid-write, where a transcript may also be empty
+ * (created, killed before its first write; the next start writes its header). Elsewhere an empty
+ * transcript is a defect.
+ */
+export async function checkState(stateDir: string, opts: { spaces?: string[]; killed?: boolean } = {}): Promise<StateReport> {
   const problems: string[] = [];
   const kv = await openKvStore(`sqlite://${path.join(stateDir, "switchboard.sqlite")}`, stateDir);
   const spaces = new Map<string, Array<[string, unknown]>>();
@@ -114,7 +119,7 @@ export async function checkState(stateDir: string, opts: { spaces?: string[] } =
             problems.push(`${file}:${i + 1}: not JSON: ${line.slice(0, 80)}`);
           }
         });
-      if (lines[0]?.type !== "session") problems.push(`${file}: first line is not the session header`);
+      if ((text.length || !opts.killed) && lines[0]?.type !== "session") problems.push(`${file}: first line is not the session header`);
       transcripts.set(file, lines);
     }
   }

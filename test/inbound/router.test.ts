@@ -1,7 +1,10 @@
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import sqlite3 from "sqlite3";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import type { InboundMessage } from "../../src/channels/types.js";
+import { GIVEN_UP_NOTICE, MAX_RESUMES } from "../../src/inbound/router.js";
 import { openKvStore } from "../../src/store/kv.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
@@ -15,10 +18,39 @@ afterEach(async () => {
 const OWNER = "1001";
 const STRANGER = "2002";
 
-async function boot(config: NonNullable<Parameters<typeof startHarness>[0]>["config"] = {}) {
+async function boot(config: NonNullable<Parameters<typeof startHarness>[0]>["config"] = {}, stateDir?: string) {
   const telegram = new RecordingAdapter("telegram");
-  h = await startHarness({ adapters: [telegram], config: { commands: { owners: [`telegram:${OWNER}`] }, channels: { telegram: { enabled: false, requireMention: true } }, ...config } });
+  h = await startHarness({ adapters: [telegram], stateDir, config: { commands: { owners: [`telegram:${OWNER}`] }, channels: { telegram: { enabled: false, requireMention: true } }, ...config } });
   return { h, telegram };
+}
+
+interface StoredInbound {
+  state: string;
+  resumes?: number;
+  lastError?: string;
+  givenUp?: { msg: InboundMessage; resumes: number; lastError?: string };
+}
+
+/** The daemon's inbound store in `stateDir`, opened while no daemon runs on it. */
+async function withInboundStore<T>(stateDir: string, use: (space: ReturnType<Awaited<ReturnType<typeof openKvStore>>["space"]>) => Promise<T>): Promise<T> {
+  const kv = await openKvStore(`sqlite://${path.join(stateDir, "switchboard.sqlite")}`, stateDir);
+  try {
+    return await use(kv.space("inbound"));
+  } finally {
+    await kv.close();
+  }
+}
+
+/** Messages left pending by earlier processes, each resumed unfinished `resumes` times already. */
+async function leftPending(stateDir: string, messages: Array<{ msg: InboundMessage; resumes?: number }>): Promise<void> {
+  mkdirSync(stateDir, { recursive: true });
+  let receivedAt = Date.now() - 60_000;
+  await withInboundStore(stateDir, async (space) => {
+    for (const { msg, resumes } of messages) {
+      const id = `telegram:default:${msg.messageId}`;
+      await space.set(id, { id, msg, state: "pending", receivedAt: receivedAt++, ...(resumes === undefined ? {} : { resumes }) });
+    }
+  });
 }
 
 /** A file where the directory of every transcript should be: no transcript can be created. Returns its path. */
@@ -182,12 +214,12 @@ describe("inbound router", () => {
     const dir = blockTranscripts(h.stateDir);
     const msg = inbound({ text: "are you there?" });
     expect(await h.app.router.accept(msg)).toEqual({ status: "accepted" });
-    await vi.waitFor(() => expect(h.app.router.counts).toEqual({ pending: 1, retrying: 1, failed: 0 }), { timeout: 5000 });
+    await vi.waitFor(() => expect(h.app.router.counts).toEqual({ pending: 1, retrying: 1, failed: 0, givenUp: 0 }), { timeout: 5000 });
     expect(h.model.requests).toHaveLength(0);
     rmSync(dir);
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: are you there?"]), { timeout: 5000 });
     await h.app.router.idle();
-    expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0, failed: 0 });
+    expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0, failed: 0, givenUp: 0 });
     expect(h.model.requests).toHaveLength(1);
     expect(await h.app.kv.space<{ state: string }>("inbound").get(`telegram:default:${msg.messageId}`)).toMatchObject({ state: "done" });
     const said = (await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(h.app.sessions.get("agent:main:main")!))).map((m) => m.role);
@@ -212,7 +244,7 @@ describe("inbound router", () => {
       await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: answer me"]), { timeout: 5000 });
       await h.app.router.idle();
       expect(h.model.requests).toHaveLength(1);
-      expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0, failed: 0 });
+      expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0, failed: 0, givenUp: 0 });
     } finally {
       await new Promise<void>((resolve) => db.close(() => resolve()));
     }
@@ -226,7 +258,7 @@ describe("inbound router", () => {
     await vi.waitFor(() => expect(daemon.app.router.counts.retrying).toBe(1), { timeout: 5000 });
     h = undefined;
     await daemon.stop({ keepState: true });
-    expect(daemon.app.router.counts).toEqual({ pending: 1, retrying: 0, failed: 1 });
+    expect(daemon.app.router.counts).toEqual({ pending: 1, retrying: 0, failed: 1, givenUp: 0 });
     const kv = await openKvStore(`sqlite://${path.join(daemon.stateDir, "switchboard.sqlite")}`, daemon.stateDir);
     try {
       expect(await kv.space<{ state: string }>("inbound").get(`telegram:default:${msg.messageId}`)).toMatchObject({ state: "pending" });
@@ -234,6 +266,67 @@ describe("inbound router", () => {
       await kv.close();
       rmSync(daemon.stateDir, { recursive: true, force: true });
     }
+  });
+
+  it("a message resumed unfinished more than MAX_RESUMES times is given up: a notice where it would have been answered, the message kept in its done record; fewer resumes are processed as usual", async () => {
+    const stateDir = path.join(os.tmpdir(), `sb-router-${process.pid}-${Date.now()}`);
+    const cases = [
+      { name: "never resumed", msg: inbound({ text: "first try", peerId: "11", to: "11" }), resumes: undefined, chat: ["echo: first try"], givenUp: false },
+      { name: "at the last allowed resume", msg: inbound({ text: "last chance", peerId: "12", to: "12" }), resumes: MAX_RESUMES - 1, chat: ["echo: last chance"], givenUp: false },
+      { name: "one resume too many", msg: inbound({ text: "poison", peerId: "13", to: "13" }), resumes: MAX_RESUMES, chat: [GIVEN_UP_NOTICE], givenUp: true },
+      { name: "an owner's command", msg: inbound({ text: "/sid", peerId: "14", to: "14", senderId: OWNER }), resumes: MAX_RESUMES, chat: [GIVEN_UP_NOTICE], givenUp: true },
+      { name: "a non-owner's command (never answered)", msg: inbound({ text: "/send off", peerId: "15", to: "15", senderId: STRANGER }), resumes: MAX_RESUMES, chat: [], givenUp: true },
+      { name: "an unmentioned group message (never answered)", msg: inbound({ text: "chatter", chatType: "group", peerId: "-1016", to: "-1016", wasMentioned: false }), resumes: MAX_RESUMES, chat: [], givenUp: true },
+    ];
+    await leftPending(stateDir, cases);
+    const { h, telegram } = await boot({}, stateDir);
+    await vi.waitFor(() => expect(h.app.router.counts.pending).toBe(0), { timeout: 5000 });
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(telegram.sent).toHaveLength(cases.reduce((n, c) => n + c.chat.length, 0)));
+    for (const c of cases) expect(telegram.textsTo(c.msg.to), c.name).toEqual(c.chat);
+    expect(h.model.requests).toHaveLength(2);
+    expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0, failed: 0, givenUp: 4 });
+    const space = h.app.kv.space<StoredInbound>("inbound");
+    for (const c of cases) {
+      const stored = await space.get(`telegram:default:${c.msg.messageId}`);
+      expect(stored?.state, c.name).toBe("done");
+      expect(stored?.givenUp, c.name).toEqual(c.givenUp ? { msg: c.msg, resumes: MAX_RESUMES + 1 } : undefined);
+    }
+    // Given up means finished: the platform delivering it again is a duplicate.
+    expect(await h.app.router.accept(cases[2].msg)).toEqual({ status: "duplicate" });
+  });
+
+  it("the resume count is stored before the resumed attempt ends: a process that dies during it (a message that crashes it) is counted too", async () => {
+    const stateDir = path.join(os.tmpdir(), `sb-router-${process.pid}-${Date.now()}`);
+    const msg = inbound({ text: "slow to answer" });
+    await leftPending(stateDir, [{ msg, resumes: 2 }]);
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ adapters: [telegram], stateDir, responder: () => ({ content: "at last", delayMs: 1500 }) });
+    await vi.waitFor(() => expect(h?.model.requests).toHaveLength(1));
+    expect(await h.app.kv.space<StoredInbound>("inbound").get(`telegram:default:${msg.messageId}`)).toMatchObject({ state: "pending", resumes: 3 });
+    expect(telegram.sent).toHaveLength(0);
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["at last"]), { timeout: 5000 });
+  });
+
+  it("resumes are counted durably before each attempt, with the last failure: a message failing at every start is given up once the count passes MAX_RESUMES, its error kept", async () => {
+    const stateDir = path.join(os.tmpdir(), `sb-router-${process.pid}-${Date.now()}`);
+    const msg = inbound({ text: "fails every time" });
+    const id = `telegram:default:${msg.messageId}`;
+    await leftPending(stateDir, [{ msg, resumes: MAX_RESUMES - 1 }]);
+    // This start's attempt fails on the transcripts' directory; the stop ends its retries.
+    blockTranscripts(stateDir);
+    const first = await boot({}, stateDir);
+    await vi.waitFor(() => expect(first.h.app.router.counts.retrying).toBe(1), { timeout: 5000 });
+    h = undefined;
+    await first.h.stop({ keepState: true });
+    const left = await withInboundStore(stateDir, (space) => space.get(id) as Promise<StoredInbound | undefined>);
+    expect(left).toMatchObject({ state: "pending", resumes: MAX_RESUMES, lastError: expect.stringContaining(path.join("agents", "main", "sessions")) });
+
+    const { h: next, telegram } = await boot({}, stateDir);
+    await next.app.router.idle();
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual([GIVEN_UP_NOTICE]));
+    expect(next.model.requests).toHaveLength(0);
+    expect(await next.app.kv.space<StoredInbound>("inbound").get(id)).toMatchObject({ state: "done", givenUp: { msg, resumes: MAX_RESUMES + 1, lastError: expect.stringContaining(path.join("agents", "main", "sessions")) } });
   });
 
   it("a model failure answers the chat with a clear notice instead of silence", async () => {

@@ -32,6 +32,7 @@ import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { parseJournal } from "../../src/delivery/send-journal.js";
+import { MAX_RESUMES } from "../../src/inbound/router.js";
 import { echoLastUser, FakeModelServer } from "../fakes/model-server.js";
 import { FakeTelegramBotApi, fakeUser, groupChat, privateChat, type FakeChat, type FakeMessage, type FakeUser } from "../fakes/telegram-bot-api.js";
 import { spawnDaemon, writeConfig, type DaemonProcess } from "../helpers/daemon-process.js";
@@ -77,6 +78,8 @@ interface AfterKill {
   /** Those of them whose chunk has its send-journal line: the platform call may have begun. */
   journaled: string[];
   inboundUnfinished: number;
+  /** The most starts any unfinished inbound message had been resumed by (MAX_RESUMES gives up). */
+  maxResumes: number;
   /** Whether the unfinished work differs from what the previous kill left (else it proves nothing new). */
   changed: boolean;
 }
@@ -195,9 +198,9 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
       expect(signal).toBe("SIGKILL");
 
       // What the kill left behind: it must be intact, and (over the run) it must include work.
-      const after: AfterKill = { at, listening: listenedAt !== undefined, outboxQueued: 0, outboxSending: 0, midSend: [], journaled: [], inboundUnfinished: 0, changed: false };
+      const after: AfterKill = { at, listening: listenedAt !== undefined, outboxQueued: 0, outboxSending: 0, midSend: [], journaled: [], inboundUnfinished: 0, maxResumes: 0, changed: false };
       if (existsSync(path.join(stateDir, "switchboard.sqlite"))) {
-        const st = await checkState(stateDir, { spaces: ["outbox", "inbound"] });
+        const st = await checkState(stateDir, { spaces: ["outbox", "inbound"], killed: true });
         expect(st.problems, `state directory after SIGKILL ${cycle}`).toEqual([]);
         const outboxRows = (st.spaces.get("outbox") ?? []).map(([, v]) => v as OutboxRow);
         after.outboxQueued = outboxRows.filter((r) => r.state === "queued").length;
@@ -218,6 +221,7 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
         expect(doubled, `destinations with more than one send mid-flight after SIGKILL ${cycle}`).toEqual([]);
         const inboundLeft = unfinishedInbound(st.spaces.get("inbound"));
         after.inboundUnfinished = inboundLeft.length;
+        after.maxResumes = Math.max(0, ...(st.spaces.get("inbound") ?? []).map(([, v]) => (v as { resumes?: number }).resumes ?? 0));
         const left = JSON.stringify([outboxRows.filter((r) => !TERMINAL.has(r.state)), inboundLeft]);
         after.changed = left !== previousLeft;
         previousLeft = left;
@@ -277,13 +281,15 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
     console.info(
       `crash-safety: ${sent.length} messages, ${CYCLES} SIGKILLs at ${kills} ms after spawn (* before listening); ` +
         `left unfinished per kill (outbox queued+sending/inbound): ${leftOver}; ` +
-        `${redelivered.length} answered messages redelivered; ` +
+        `${redelivered.length} answered messages redelivered; most resumes of a message left unfinished: ${Math.max(...afterKills.map((k) => k.maxResumes))}; ` +
         `${counts.size} answered once, ${duplicated.length} duplicated, ${lost.length} lost, ` +
         `${inFlightAtKill.length} unknown_after_send (killed between the journal line and the platform receiving it: ${inFlightAtKill.map((s) => s.text).join(", ") || "none"})`,
     );
     expect(sent.length).toBeGreaterThan(400);
     expect(duplicated).toEqual([]);
     expect(lost).toEqual([]);
+    // Kills that merely land while a message is in flight must not make it look like a poison one.
+    expect(afterKills.map((k) => k.maxResumes).filter((r) => r >= MAX_RESUMES), "messages resumed unfinished as often as a poison message").toEqual([]);
     // That window is tens of µs wide: more than one such reply per kill means it grew.
     expect(inFlightAtKill.length, "replies lost in the window between the journal line and the platform").toBeLessThanOrEqual(CYCLES);
 

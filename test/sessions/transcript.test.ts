@@ -1,4 +1,4 @@
-import { appendFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -56,6 +56,18 @@ describe("transcripts (append-only JSONL)", () => {
     await fresh.appendMessage(r, { role: "user", content: "two", timestamp: 2 });
     expect((await fresh.readMessages(r.path)).map((m) => m.role === "user" && m.content)).toEqual(["one", "two"]);
     expect((await fresh.readMessages(r.path, 5)).length).toBe(2);
+  });
+
+  it("R11 a transcript file left empty (created, then killed before its first write) gets its session header before the first line", async () => {
+    const r = ref();
+    mkdirSync(path.dirname(r.path), { recursive: true });
+    writeFileSync(r.path, "");
+    const t = store();
+    await t.appendMessage(r, { role: "user", content: "first", timestamp: 1 });
+    const lines = readFileSync(r.path, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.map((l) => l.type)).toEqual(["session", "message"]);
+    expect(lines[0]).toMatchObject({ id: "s1", key: "agent:main:main" });
+    expect((await t.readMessages(r.path)).map((m) => m.role === "user" && m.content)).toEqual(["first"]);
   });
 
   it("appends to more transcripts than open handles are kept (1,024): every line lands once, in order, and reads back", async () => {
