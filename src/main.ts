@@ -110,12 +110,12 @@ async function call(opts: ClientOpts, method: string, params: unknown, render: (
   }
 }
 
-/** " (2 waiting to retry after an I/O failure, 1 failed: resumed at the next start)", or "". */
+/** " (2 waiting to retry after an I/O failure, 1 failed: resumed at the next start, …)", or "". */
 function inboundTrouble(counts: { retrying: number; failed: number; givenUp?: number }): string {
   const parts = [
     ...(counts.retrying ? [`${counts.retrying} waiting to retry after an I/O failure`] : []),
     ...(counts.failed ? [`${counts.failed} failed: resumed at the next start, see the log`] : []),
-    ...(counts.givenUp ? [`${counts.givenUp} given up since start after failing at every start, see the log`] : []),
+    ...(counts.givenUp ? [`${counts.givenUp} given up after failing at every start, see the log`] : []),
   ];
   return parts.length ? ` (${parts.join(", ")})` : "";
 }

@@ -1,8 +1,12 @@
 import { execFile } from "node:child_process";
 import path from "node:path";
 import { promisify } from "node:util";
-import { afterEach, describe, expect, it } from "vitest";
-import { startHarness, type Harness } from "./helpers/harness.js";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import os from "node:os";
+import { MAX_RESUMES } from "../src/inbound/router.js";
+import { inbound, startHarness, type Harness } from "./helpers/harness.js";
+import { leftPending } from "./helpers/inbound-store.js";
+import { RecordingAdapter } from "./helpers/recording-adapter.js";
 
 const run = promisify(execFile);
 const BIN = path.resolve("src/bin.js");
@@ -26,5 +30,14 @@ describe("CLI gateway clients", () => {
     const refused = await run("node", [BIN, "status", "--url", h.url, "--token", "wrong"]).catch((e) => e);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/invalid gateway token/);
+  });
+
+  it("status tells of inbound messages given up (a poison message), not only the count pending", async () => {
+    const stateDir = path.join(os.tmpdir(), `sb-cli-${process.pid}-${Date.now()}`);
+    await leftPending(stateDir, [{ msg: inbound({ text: "poison" }), resumes: MAX_RESUMES }]);
+    h = await startHarness({ stateDir, adapters: [new RecordingAdapter("telegram")], config: { gateway: { auth: { token: "cli-token-123456" } } } });
+    await vi.waitFor(() => expect(h?.app.router.counts.givenUp).toBe(1));
+    const status = await run("node", [BIN, "status", "--url", h.url, "--token", "cli-token-123456"]);
+    expect(status.stdout).toMatch(/inbound: 0 pending \(1 given up after failing at every start, see the log\); outbox: \d+ pending/);
   });
 });

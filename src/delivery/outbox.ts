@@ -226,7 +226,7 @@ export class Outbox {
     const done = this.outcome(record);
     // Scheduled before this write completes, so that the first chunk's `attempted` write usually
     // lands in the same commit (one commit fewer before the send); nothing is sent until this
-    // write, issued first, has committed (see sendChunks).
+    // write, issued first, has committed (see sendChunk).
     const written = this.persist(record).catch((err: unknown) => {
       // Not accepted: forgotten (before anyone awaiting this write resumes), so that the caller's
       // retry of this id is a message of its own, not this one's outcome, and its processing

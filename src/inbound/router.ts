@@ -382,7 +382,7 @@ export class InboundRouter {
     const prior = this.resumed.has(rec.id) ? await this.priorRun(ref.path, said) : { recorded: false as const };
     if (!prior.recorded) await transcripts.appendMessage(ref, said);
 
-    if (msg.chatType !== "direct" && this.requiresMention(msg) && !msg.wasMentioned) {
+    if (this.unmentioned(msg)) {
       log.debug("group message recorded; not mentioned, no run");
       return this.finish(rec, entryWritten);
     }
@@ -411,7 +411,7 @@ export class InboundRouter {
     const { msg } = rec;
     const resumes = rec.resumes ?? 0;
     log.error({ resumes, lastError: rec.lastError ?? "none recorded (the process died during it)" }, "inbound message given up: its processing did not finish in any of its attempts; the chat gets a notice instead of a reply");
-    const answered = command ? isOwner(this.deps.config, msg.channel, msg.senderId) : msg.chatType === "direct" || !this.requiresMention(msg) || msg.wasMentioned;
+    const answered = command ? isOwner(this.deps.config, msg.channel, msg.senderId) : !this.unmentioned(msg);
     const noticeId = `reply:${rec.id}`;
     if (answered && !this.deps.outbox.has(noticeId)) await this.deps.outbox.enqueue({ id: noticeId, sessionKey: route.sessionKey, target, text: GIVEN_UP_NOTICE, kind: "reply" });
     await this.finish(rec, undefined, { msg, resumes, ...(rec.lastError ? { lastError: rec.lastError } : {}) });
@@ -452,6 +452,11 @@ export class InboundRouter {
       clearTimeout(first);
       clearInterval(timer);
     }
+  }
+
+  /** A group message that is only recorded: its chat requires a mention and it has none. */
+  private unmentioned(msg: InboundMessage): boolean {
+    return msg.chatType !== "direct" && this.requiresMention(msg) && !msg.wasMentioned;
   }
 
   private requiresMention(msg: InboundMessage): boolean {

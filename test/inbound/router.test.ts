@@ -3,10 +3,10 @@ import os from "node:os";
 import path from "node:path";
 import sqlite3 from "sqlite3";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { InboundMessage } from "../../src/channels/types.js";
 import { GIVEN_UP_NOTICE, MAX_RESUMES } from "../../src/inbound/router.js";
 import { openKvStore } from "../../src/store/kv.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
+import { leftPending, withInboundStore, type StoredInbound } from "../helpers/inbound-store.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 
 let h: Harness | undefined;
@@ -22,35 +22,6 @@ async function boot(config: NonNullable<Parameters<typeof startHarness>[0]>["con
   const telegram = new RecordingAdapter("telegram");
   h = await startHarness({ adapters: [telegram], stateDir, config: { commands: { owners: [`telegram:${OWNER}`] }, channels: { telegram: { enabled: false, requireMention: true } }, ...config } });
   return { h, telegram };
-}
-
-interface StoredInbound {
-  state: string;
-  resumes?: number;
-  lastError?: string;
-  givenUp?: { msg: InboundMessage; resumes: number; lastError?: string };
-}
-
-/** The daemon's inbound store in `stateDir`, opened while no daemon runs on it. */
-async function withInboundStore<T>(stateDir: string, use: (space: ReturnType<Awaited<ReturnType<typeof openKvStore>>["space"]>) => Promise<T>): Promise<T> {
-  const kv = await openKvStore(`sqlite://${path.join(stateDir, "switchboard.sqlite")}`, stateDir);
-  try {
-    return await use(kv.space("inbound"));
-  } finally {
-    await kv.close();
-  }
-}
-
-/** Messages left pending by earlier processes, each resumed unfinished `resumes` times already. */
-async function leftPending(stateDir: string, messages: Array<{ msg: InboundMessage; resumes?: number }>): Promise<void> {
-  mkdirSync(stateDir, { recursive: true });
-  let receivedAt = Date.now() - 60_000;
-  await withInboundStore(stateDir, async (space) => {
-    for (const { msg, resumes } of messages) {
-      const id = `telegram:default:${msg.messageId}`;
-      await space.set(id, { id, msg, state: "pending", receivedAt: receivedAt++, ...(resumes === undefined ? {} : { resumes }) });
-    }
-  });
 }
 
 /** A file where the directory of every transcript should be: no transcript can be created. Returns its path. */

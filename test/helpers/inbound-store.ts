@@ -1,0 +1,34 @@
+/** The daemon's inbound store, seeded and read while no daemon runs on its state directory. */
+import { mkdirSync } from "node:fs";
+import path from "node:path";
+import type { InboundMessage } from "../../src/channels/types.js";
+import { openKvStore, type KvSpace } from "../../src/store/kv.js";
+
+/** An inbound record as stored (src/inbound/router.ts). */
+export interface StoredInbound {
+  state: string;
+  resumes?: number;
+  lastError?: string;
+  givenUp?: { msg: InboundMessage; resumes: number; lastError?: string };
+}
+
+export async function withInboundStore<T>(stateDir: string, use: (space: KvSpace<unknown>) => Promise<T>): Promise<T> {
+  const kv = await openKvStore(`sqlite://${path.join(stateDir, "switchboard.sqlite")}`, stateDir);
+  try {
+    return await use(kv.space("inbound"));
+  } finally {
+    await kv.close();
+  }
+}
+
+/** Messages left pending by earlier processes, each resumed unfinished `resumes` times already. */
+export async function leftPending(stateDir: string, messages: Array<{ msg: InboundMessage; resumes?: number }>): Promise<void> {
+  mkdirSync(stateDir, { recursive: true });
+  let receivedAt = Date.now() - 60_000;
+  await withInboundStore(stateDir, async (space) => {
+    for (const { msg, resumes } of messages) {
+      const id = `${msg.channel}:${msg.accountId}:${msg.messageId}`;
+      await space.set(id, { id, msg, state: "pending", receivedAt: receivedAt++, ...(resumes === undefined ? {} : { resumes }) });
+    }
+  });
+}
