@@ -78,7 +78,7 @@ interface AfterKill {
   /** Those of them whose chunk has its send-journal line: the platform call may have begun. */
   journaled: string[];
   inboundUnfinished: number;
-  /** The most starts any unfinished inbound message had been resumed by (MAX_RESUMES gives up). */
+  /** The highest resume count of an inbound record (attempts begun again at a start; above MAX_RESUMES it is given up). */
   maxResumes: number;
   /** Whether the unfinished work differs from what the previous kill left (else it proves nothing new). */
   changed: boolean;
