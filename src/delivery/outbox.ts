@@ -58,6 +58,7 @@ export interface OutboxRecord {
   attempted?: number;
   unknownChunks?: number[];
   messageIds: string[];
+  /** Attempts at the current chunk (from 0 again once one is acknowledged): the backoff and the cap. */
   attempts: number;
   createdAt: number;
   updatedAt: number;
@@ -384,6 +385,8 @@ export class Outbox {
       record.next++;
       record.attempted = undefined;
       record.error = undefined;
+      // A long reply's later chunk gets its own tries and backoff, not what the chunks before it used.
+      record.attempts = 0;
       // The last chunk's acknowledgement is persisted by finish() (one write, not two).
       if (record.next < chunks.length) await this.persist(record);
       return "next";

@@ -28,7 +28,7 @@ function freshStateDir(): string {
   return stateDir;
 }
 
-async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapter?: RecordingAdapter; watchJournal?: (j: SendJournal) => SendJournal; clock?: { now(): number; sleep(ms: number): Promise<void> }; watchSpace?: (s: KvSpace<OutboxRecord>) => KvSpace<OutboxRecord> } = {}) {
+async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapter?: RecordingAdapter; watchJournal?: (j: SendJournal) => SendJournal; clock?: { now(): number; sleep(ms: number): Promise<void> }; watchSpace?: (s: KvSpace<OutboxRecord>) => KvSpace<OutboxRecord>; maxAttempts?: number } = {}) {
   const stateDir = opts.stateDir ?? freshStateDir();
   const kv: KvStore = await openKvStore(`sqlite://${path.join(stateDir, "s.sqlite")}`, stateDir);
   cleanups.push(() => kv.close());
@@ -51,6 +51,7 @@ async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapt
     log: pino({ level: "silent" }),
     sleep: async () => {},
     ...opts.clock,
+    ...(opts.maxAttempts ? { maxAttempts: opts.maxAttempts } : {}),
     journal,
   });
   await outbox.start();
@@ -282,6 +283,24 @@ describe("outbox — the one outbound gate", () => {
     await transcripts.flush();
     const lines = await transcripts.readLines(sessions.transcriptPath(entry));
     expect(lines.filter((l) => l.type === "delivery").map((l) => (l as { outboxId: string }).outboxId)).toEqual(["s"]);
+  });
+
+  it("a long reply's later chunk gets its own tries and backoff: failing once after three chunks went, it is retried after the first backoff, not failed by the attempts the chunks before it used", async () => {
+    const waits: number[] = [];
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    const { outbox } = await setup({ adapter, maxAttempts: 3, clock: { now: Date.now, sleep: async (ms) => void waits.push(ms) } });
+    let failed = false;
+    adapter.beforeResolve = () => {
+      if (adapter.sent.length === 3 && !failed) {
+        failed = true;
+        throw new PlatformError("telegram", "transport", "ECONNRESET");
+      }
+    };
+    const chunks = ["one", "two", "three", "four", "five"].map((w) => `${w} ${"x".repeat(40)}`);
+    const { done } = await outbox.enqueue({ id: "long", target, text: chunks.join("\n"), kind: "reply" });
+    expect((await done).status).toBe("sent");
+    expect(adapter.sent.map((m) => m.text)).toEqual(chunks);
+    expect(waits).toEqual([500]);
   });
 
   it("a permanent platform error fails without retrying and is recorded", async () => {
