@@ -135,6 +135,8 @@ describe("/send spoofing corpus", () => {
     api.injectText({ chat: GROUP, from: OWNER, text: "/send off" });
     await drained();
     expect(h.app.sessions.get(`agent:main:telegram:group:${GROUP.id}`)?.sendPolicy).toBe("deny");
+    // Idle means the answer is in the outbox; its send to the fake may still be on its way.
+    await waitFor(() => policyReplies().length > 0, 10_000, "the owner's command answered");
     expect(policyReplies().map((m) => m.text)).toEqual(["⚙️ Send policy set to off."]);
   });
 });
