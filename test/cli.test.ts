@@ -2,10 +2,9 @@ import { execFile } from "node:child_process";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import os from "node:os";
 import { MAX_RESUMES } from "../src/inbound/router.js";
 import { inbound, startHarness, type Harness } from "./helpers/harness.js";
-import { leftPending } from "./helpers/inbound-store.js";
+import { stateDirWithPending } from "./helpers/inbound-store.js";
 import { RecordingAdapter } from "./helpers/recording-adapter.js";
 
 const run = promisify(execFile);
@@ -33,8 +32,7 @@ describe("CLI gateway clients", () => {
   });
 
   it("status tells of inbound messages given up (a poison message), not only the count pending", async () => {
-    const stateDir = path.join(os.tmpdir(), `sb-cli-${process.pid}-${Date.now()}`);
-    await leftPending(stateDir, [{ msg: inbound({ text: "poison" }), resumes: MAX_RESUMES }]);
+    const stateDir = await stateDirWithPending([{ msg: inbound({ text: "poison" }), resumes: MAX_RESUMES }]);
     h = await startHarness({ stateDir, adapters: [new RecordingAdapter("telegram")], config: { gateway: { auth: { token: "cli-token-123456" } } } });
     await vi.waitFor(() => expect(h?.app.router.counts.givenUp).toBe(1));
     const status = await run("node", [BIN, "status", "--url", h.url, "--token", "cli-token-123456"]);

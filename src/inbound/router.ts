@@ -43,7 +43,8 @@ interface InboundRecord {
  * A finished message is kept as its id alone: enough to ignore a platform redelivery. One given up
  * (see MAX_RESUMES) keeps what was said, for the operator, until it is pruned with the rest.
  */
-type StoredInbound = InboundRecord | { id: string; state: "done"; receivedAt: number; givenUp?: { msg: InboundMessage; resumes: number; lastError?: string } };
+type StoredInbound = InboundRecord | { id: string; state: "done"; receivedAt: number; givenUp?: GivenUp };
+type GivenUp = { msg: InboundMessage; resumes: number; lastError?: string };
 
 /** Ids end up in store keys and session keys: non-blank, and well-formed Unicode (see kv.ts). */
 const Id = z
@@ -514,7 +515,7 @@ export class InboundRouter {
   }
 
   /** `after`: a write of this message's processing that must be stored before it counts as done. */
-  private async finish(rec: InboundRecord, after?: Promise<void>, givenUp?: { msg: InboundMessage; resumes: number; lastError?: string }): Promise<void> {
+  private async finish(rec: InboundRecord, after?: Promise<void>, givenUp?: GivenUp): Promise<void> {
     await after;
     rec.state = "done";
     this.resumed.delete(rec.id);

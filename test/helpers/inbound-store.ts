@@ -1,5 +1,6 @@
 /** The daemon's inbound store, seeded and read while no daemon runs on its state directory. */
-import { mkdirSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import type { InboundMessage } from "../../src/channels/types.js";
 import { openKvStore, type KvSpace } from "../../src/store/kv.js";
@@ -21,9 +22,9 @@ export async function withInboundStore<T>(stateDir: string, use: (space: KvSpace
   }
 }
 
-/** Messages left pending by earlier processes, each resumed unfinished `resumes` times already. */
-export async function leftPending(stateDir: string, messages: Array<{ msg: InboundMessage; resumes?: number }>): Promise<void> {
-  mkdirSync(stateDir, { recursive: true });
+/** A fresh state directory holding messages left pending by earlier processes, each resumed unfinished `resumes` times already. */
+export async function stateDirWithPending(messages: Array<{ msg: InboundMessage; resumes?: number }>): Promise<string> {
+  const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-pending-"));
   let receivedAt = Date.now() - 60_000;
   await withInboundStore(stateDir, async (space) => {
     for (const { msg, resumes } of messages) {
@@ -31,4 +32,5 @@ export async function leftPending(stateDir: string, messages: Array<{ msg: Inbou
       await space.set(id, { id, msg, state: "pending", receivedAt: receivedAt++, ...(resumes === undefined ? {} : { resumes }) });
     }
   });
+  return stateDir;
 }

@@ -1,12 +1,10 @@
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import sqlite3 from "sqlite3";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { GIVEN_UP_NOTICE, MAX_RESUMES } from "../../src/inbound/router.js";
-import { openKvStore } from "../../src/store/kv.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
-import { leftPending, withInboundStore, type StoredInbound } from "../helpers/inbound-store.js";
+import { stateDirWithPending, withInboundStore, type StoredInbound } from "../helpers/inbound-store.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 
 let h: Harness | undefined;
@@ -230,17 +228,14 @@ describe("inbound router", () => {
     h = undefined;
     await daemon.stop({ keepState: true });
     expect(daemon.app.router.counts).toEqual({ pending: 1, retrying: 0, failed: 1, givenUp: 0 });
-    const kv = await openKvStore(`sqlite://${path.join(daemon.stateDir, "switchboard.sqlite")}`, daemon.stateDir);
     try {
-      expect(await kv.space<{ state: string }>("inbound").get(`telegram:default:${msg.messageId}`)).toMatchObject({ state: "pending" });
+      expect(await withInboundStore(daemon.stateDir, (space) => space.get(`telegram:default:${msg.messageId}`))).toMatchObject({ state: "pending" });
     } finally {
-      await kv.close();
       rmSync(daemon.stateDir, { recursive: true, force: true });
     }
   });
 
   it("a message resumed unfinished more than MAX_RESUMES times is given up: a notice where it would have been answered, the message kept in its done record; fewer resumes are processed as usual", async () => {
-    const stateDir = path.join(os.tmpdir(), `sb-router-${process.pid}-${Date.now()}`);
     const cases = [
       { name: "never resumed", msg: inbound({ text: "first try", peerId: "11", to: "11" }), resumes: undefined, chat: ["echo: first try"], givenUp: false },
       { name: "at the last allowed resume", msg: inbound({ text: "last chance", peerId: "12", to: "12" }), resumes: MAX_RESUMES - 1, chat: ["echo: last chance"], givenUp: false },
@@ -249,7 +244,7 @@ describe("inbound router", () => {
       { name: "a non-owner's command (never answered)", msg: inbound({ text: "/send off", peerId: "15", to: "15", senderId: STRANGER }), resumes: MAX_RESUMES, chat: [], givenUp: true },
       { name: "an unmentioned group message (never answered)", msg: inbound({ text: "chatter", chatType: "group", peerId: "-1016", to: "-1016", wasMentioned: false }), resumes: MAX_RESUMES, chat: [], givenUp: true },
     ];
-    await leftPending(stateDir, cases);
+    const stateDir = await stateDirWithPending(cases);
     const { h, telegram } = await boot({}, stateDir);
     await vi.waitFor(() => expect(h.app.router.counts.pending).toBe(0), { timeout: 5000 });
     await h.app.router.idle();
@@ -268,9 +263,8 @@ describe("inbound router", () => {
   });
 
   it("the resume count is stored before the resumed attempt ends: a process that dies during it (a message that crashes it) is counted too", async () => {
-    const stateDir = path.join(os.tmpdir(), `sb-router-${process.pid}-${Date.now()}`);
     const msg = inbound({ text: "slow to answer" });
-    await leftPending(stateDir, [{ msg, resumes: 2 }]);
+    const stateDir = await stateDirWithPending([{ msg, resumes: 2 }]);
     const telegram = new RecordingAdapter("telegram");
     h = await startHarness({ adapters: [telegram], stateDir, responder: () => ({ content: "at last", delayMs: 1500 }) });
     await vi.waitFor(() => expect(h?.model.requests).toHaveLength(1));
@@ -280,10 +274,9 @@ describe("inbound router", () => {
   });
 
   it("resumes are counted durably before each attempt, with the last failure: a message failing at every start is given up once the count passes MAX_RESUMES, its error kept", async () => {
-    const stateDir = path.join(os.tmpdir(), `sb-router-${process.pid}-${Date.now()}`);
     const msg = inbound({ text: "fails every time" });
     const id = `telegram:default:${msg.messageId}`;
-    await leftPending(stateDir, [{ msg, resumes: MAX_RESUMES - 1 }]);
+    const stateDir = await stateDirWithPending([{ msg, resumes: MAX_RESUMES - 1 }]);
     // This start's attempt fails on the transcripts' directory; the stop ends its retries.
     blockTranscripts(stateDir);
     const first = await boot({}, stateDir);
