@@ -60,6 +60,8 @@ export interface OutboxRecord {
   messageIds: string[];
   /** Attempts at the current chunk (from 0 again once one is acknowledged): the backoff and the cap. */
   attempts: number;
+  /** Starts that found the current chunk's send interrupted (MAX_INTERRUPTED_STARTS). */
+  interruptions?: number;
   createdAt: number;
   updatedAt: number;
   error?: string;
@@ -91,6 +93,14 @@ export interface OutboxDeps {
 }
 
 const TERMINAL: ReadonlySet<OutboxState> = new Set(["sent", "suppressed", "failed"]);
+
+/**
+ * A chunk whose send was interrupted at this many starts in a row is failed rather than tried
+ * again: a send that kills the process (in an adapter, before or during its platform call) would
+ * otherwise crash the daemon at every start. Kills that merely land during a send stay far below
+ * (as the inbound side's MAX_RESUMES).
+ */
+export const MAX_INTERRUPTED_STARTS = 10;
 
 /**
  * Finished messages kept whole in memory (`get`). Older ones are remembered by outcome only: a
@@ -325,7 +335,7 @@ export class Outbox {
 
   private async sendChunks(record: OutboxRecord, log: pino.Logger): Promise<void> {
     const chunks = record.chunks ?? [];
-    if (record.attempted !== undefined) await this.reconcile(record, log);
+    if (record.attempted !== undefined && !(await this.reconcile(record, log))) return;
     while (record.next < chunks.length) {
       if (this.stopped) return;
       const adapter = this.deps.adapter(record.target.channel, record.target.accountId);
@@ -387,6 +397,7 @@ export class Outbox {
       record.error = undefined;
       // A long reply's later chunk gets its own tries and backoff, not what the chunks before it used.
       record.attempts = 0;
+      record.interruptions = undefined;
       // The last chunk's acknowledgement is persisted by finish() (one write, not two).
       if (record.next < chunks.length) await this.persist(record);
       return "next";
@@ -425,22 +436,38 @@ export class Outbox {
     }
   }
 
-  /** A chunk whose send was interrupted by a restart: repeat it only where that is safe. */
-  private async reconcile(record: OutboxRecord, log: pino.Logger): Promise<void> {
+  /**
+   * A chunk whose send was interrupted by a restart: repeat it only where that is safe, and not
+   * for ever (MAX_INTERRUPTED_STARTS). False when the record is finished here.
+   */
+  private async reconcile(record: OutboxRecord, log: pino.Logger): Promise<boolean> {
     const index = record.attempted as number;
     record.attempted = undefined;
+    const interruptions = (record.interruptions ?? 0) + 1;
     if (!this.journal.mayHaveStarted(record.id, index)) {
       record.next = index;
-      log.info({ chunk: index }, "send interrupted by a restart before it reached the platform; sending it");
+      log.info({ chunk: index, interruptions }, "send interrupted by a restart before it reached the platform; sending it");
     } else if (this.deps.adapter(record.target.channel, record.target.accountId)?.idempotentSends) {
       record.next = index;
-      log.info({ chunk: index }, "send interrupted by a restart; repeating it under the same idempotency key");
+      log.info({ chunk: index, interruptions }, "send interrupted by a restart; repeating it under the same idempotency key");
     } else {
       record.unknownChunks = [...(record.unknownChunks ?? []), index];
       record.next = index + 1;
+      record.interruptions = undefined;
       log.warn({ chunk: index }, "send interrupted by a restart; chunk not re-sent (unknown_after_send)");
+      await this.persist(record);
+      return true;
     }
+    if (interruptions >= MAX_INTERRUPTED_STARTS) {
+      record.error = `send of chunk ${index} interrupted by a restart at ${interruptions} starts in a row: given up (a send that kills the process would crash the daemon at every start)`;
+      log.error({ chunk: index, interruptions }, record.error);
+      await this.finish(record, "failed");
+      await this.recordDelivery(record, "failed", record.error);
+      return false;
+    }
+    record.interruptions = interruptions;
     await this.persist(record);
+    return true;
   }
 
   /**

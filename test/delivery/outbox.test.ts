@@ -4,7 +4,7 @@ import path from "node:path";
 import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { PlatformError, type OutboundTarget, type SendOptions } from "../../src/channels/types.js";
-import { Outbox, type OutboxRecord } from "../../src/delivery/outbox.js";
+import { MAX_INTERRUPTED_STARTS, Outbox, type OutboxRecord } from "../../src/delivery/outbox.js";
 import { openSendJournal, parseJournal, type SendJournal } from "../../src/delivery/send-journal.js";
 import type { SendPolicyConfig } from "../../src/policy/send-policy.js";
 import type { SessionEntry } from "../../src/sessions/entry.js";
@@ -431,6 +431,49 @@ describe("outbox — the one outbound gate", () => {
     expect(adapter.sent.map((m) => m.text)).toEqual(["two"]);
     expect(adapter.idempotencyKeys).toEqual(["nonce#1"]);
     expect(outbox.get("nonce")?.unknownChunks).toBeUndefined();
+  });
+
+  describe("a send that kills the process at every start is failed at the MAX_INTERRUPTED_STARTS-th start, not tried for ever (the daemon would crash at every start)", () => {
+    // Each start's send never returns: the process died in it. Only where an interrupted chunk is
+    // tried again can this loop — before the journal line, or on a platform that dedupes.
+    const dying = async (where: "prepareSend" | "send") => {
+      const stateDir = freshStateDir();
+      const adapter = new RecordingAdapter("telegram", "default", 50);
+      const hung: Array<() => void> = [];
+      const hang = () => new Promise<void>((resolve) => hung.push(resolve));
+      if (where === "prepareSend") Object.assign(adapter, { prepareSend: hang });
+      else Object.assign(adapter, { idempotentSends: true, beforeResolve: hang });
+      // Each start's calls are released before its stop() (cleanups run newest first), which
+      // would otherwise wait for them.
+      const start = async () => {
+        const started = await setup({ stateDir, adapter });
+        cleanups.push(() => hung.forEach((resolve) => resolve()));
+        return started;
+      };
+      return { adapter, start, calls: () => hung.length };
+    };
+    it.each(["prepareSend", "send"] as const)("dying in %s", async (where) => {
+      const { adapter, start, calls } = await dying(where);
+      const first = await start();
+      await first.outbox.enqueue({ id: "poison", sessionKey: KEY, target, text: "boom", kind: "reply" });
+      for (let n = 1; n < MAX_INTERRUPTED_STARTS; n++) {
+        await vi.waitFor(() => expect(calls()).toBe(n));
+        await start();
+      }
+      await vi.waitFor(() => expect(calls()).toBe(MAX_INTERRUPTED_STARTS));
+      const last = await start();
+      await vi.waitFor(() => expect(last.outbox.get("poison")?.state).toBe("failed"));
+      expect(calls()).toBe(MAX_INTERRUPTED_STARTS);
+      expect(last.outbox.get("poison")?.error).toBe(`send of chunk 0 interrupted by a restart at ${MAX_INTERRUPTED_STARTS} starts in a row: given up (a send that kills the process would crash the daemon at every start)`);
+      expect(adapter.sent).toEqual([]);
+    });
+
+    it("a chunk interrupted at fewer starts is sent, and the count starts again at the next chunk", async () => {
+      const record = { ...interrupted("unlucky", ["one", "two", "three"], 1), interruptions: MAX_INTERRUPTED_STARTS - 2 };
+      const { adapter, outbox } = await resumeAfterRestart(record, undefined, false);
+      expect(adapter.sent.map((m) => m.text)).toEqual(["two", "three"]);
+      expect(outbox.get("unlucky")?.interruptions).toBeUndefined();
+    });
   });
 
   it("at start, finished records older than the retention (a day) are pruned — all of them — and newer ones still dedupe", async () => {

@@ -31,6 +31,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { MAX_INTERRUPTED_STARTS } from "../../src/delivery/outbox.js";
 import { parseJournal } from "../../src/delivery/send-journal.js";
 import { MAX_RESUMES } from "../../src/inbound/router.js";
 import { echoLastUser, FakeModelServer } from "../fakes/model-server.js";
@@ -64,6 +65,7 @@ interface OutboxRow {
   state: string;
   attempted?: number;
   unknownChunks?: number[];
+  interruptions?: number;
 }
 
 /** What one kill left in the state directory. */
@@ -80,6 +82,8 @@ interface AfterKill {
   inboundUnfinished: number;
   /** The highest resume count of an inbound record (attempts begun again at a start; above MAX_RESUMES it is given up). */
   maxResumes: number;
+  /** The highest count of starts that found an outbox record's send interrupted (at MAX_INTERRUPTED_STARTS it is failed). */
+  maxInterruptions: number;
   /** Whether the unfinished work differs from what the previous kill left (else it proves nothing new). */
   changed: boolean;
 }
@@ -198,7 +202,7 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
       expect(signal).toBe("SIGKILL");
 
       // What the kill left behind: it must be intact, and (over the run) it must include work.
-      const after: AfterKill = { at, listening: listenedAt !== undefined, outboxQueued: 0, outboxSending: 0, midSend: [], journaled: [], inboundUnfinished: 0, maxResumes: 0, changed: false };
+      const after: AfterKill = { at, listening: listenedAt !== undefined, outboxQueued: 0, outboxSending: 0, midSend: [], journaled: [], inboundUnfinished: 0, maxResumes: 0, maxInterruptions: 0, changed: false };
       if (existsSync(path.join(stateDir, "switchboard.sqlite"))) {
         const st = await checkState(stateDir, { spaces: ["outbox", "inbound"], killed: true });
         expect(st.problems, `state directory after SIGKILL ${cycle}`).toEqual([]);
@@ -222,6 +226,7 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
         const inboundLeft = unfinishedInbound(st.spaces.get("inbound"));
         after.inboundUnfinished = inboundLeft.length;
         after.maxResumes = Math.max(0, ...(st.spaces.get("inbound") ?? []).map(([, v]) => (v as { resumes?: number }).resumes ?? 0));
+        after.maxInterruptions = Math.max(0, ...outboxRows.map((r) => r.interruptions ?? 0));
         const left = JSON.stringify([outboxRows.filter((r) => !TERMINAL.has(r.state)), inboundLeft]);
         after.changed = left !== previousLeft;
         previousLeft = left;
@@ -281,7 +286,7 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
     console.info(
       `crash-safety: ${sent.length} messages, ${CYCLES} SIGKILLs at ${kills} ms after spawn (* before listening); ` +
         `left unfinished per kill (outbox queued+sending/inbound): ${leftOver}; ` +
-        `${redelivered.length} answered messages redelivered; most resumes of a message left unfinished: ${Math.max(...afterKills.map((k) => k.maxResumes))}; ` +
+        `${redelivered.length} answered messages redelivered; most resumes of a message left unfinished: ${Math.max(...afterKills.map((k) => k.maxResumes))}, most interrupted starts of a send: ${Math.max(...afterKills.map((k) => k.maxInterruptions))}; ` +
         `${counts.size} answered once, ${duplicated.length} duplicated, ${lost.length} lost, ` +
         `${inFlightAtKill.length} unknown_after_send (killed between the journal line and the platform receiving it: ${inFlightAtKill.map((s) => s.text).join(", ") || "none"})`,
     );
@@ -290,6 +295,7 @@ describe("crash safety (daemon child process, SIGKILL, restart)", () => {
     expect(lost).toEqual([]);
     // Kills that merely land while a message is in flight must not make it look like a poison one.
     expect(afterKills.map((k) => k.maxResumes).filter((r) => r >= MAX_RESUMES), "messages resumed unfinished as often as a poison message").toEqual([]);
+    expect(afterKills.map((k) => k.maxInterruptions).filter((r) => r >= MAX_INTERRUPTED_STARTS - 1), "sends interrupted nearly as often as a poison send").toEqual([]);
     // That window is tens of µs wide: more than one such reply per kill means it grew.
     expect(inFlightAtKill.length, "replies lost in the window between the journal line and the platform").toBeLessThanOrEqual(CYCLES);
 
