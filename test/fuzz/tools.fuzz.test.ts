@@ -253,7 +253,7 @@ describe("session tools under hostile arguments", () => {
     const call = (name: string, args: unknown) => {
       const tool = h.app.toolsFor({ sessionKey: MAIN, agentId: "main" }).find((t) => t.name === name);
       if (!tool) throw new Error(`${name} missing`);
-      return bounded(tool.execute(args, ctxFrom(MAIN)) as Promise<{ status?: string; error?: string }>, `${name}(${JSON.stringify(args)})`);
+      return bounded(tool.execute(args, ctxFrom(MAIN)) as Promise<{ status?: string; error?: string; childSessionKey?: string }>, `${name}(${JSON.stringify(args)})`);
     };
     /** Runs `check` and asserts it started no model call (settling before and after, even when it fails). */
     const startsNothing = async (check: () => Promise<void>) => {
@@ -304,6 +304,22 @@ describe("session tools under hostile arguments", () => {
     it(`R13 R14 sessions_send timeoutSeconds at the bounds: 0 answers accepted, ${MAX_TIMEOUT_SECONDS} waits and answers ok`, async () => {
       expect(await call("sessions_send", { sessionKey: PLAIN, message: "no wait", timeoutSeconds: 0 })).toMatchObject({ status: "accepted" });
       expect(await call("sessions_send", { sessionKey: PLAIN, message: "wait", timeoutSeconds: MAX_TIMEOUT_SECONDS })).toMatchObject({ status: "ok", reply: "ok" });
+      await settle(h);
+    });
+
+    it("sessions_spawn and sessions_send label: blank, or longer than the 64 characters a label may have, is {status: \"error\"} naming label, and nothing runs; spaces around it are trimmed", async () => {
+      await startsNothing(async () => {
+        for (const label of ["", "   ", "\t\u00a0", "x".repeat(65), `${"y".repeat(64)}z`]) {
+          for (const [tool, rest] of [["sessions_spawn", { task: "fixed task" }], ["sessions_send", { message: "hello", timeoutSeconds: 0 }]] as const) {
+            const res = await call(tool, { ...rest, label });
+            expect(res.status, `${tool} label ${JSON.stringify(label)}`).toBe("error");
+            expect(res.error, `${tool} label ${JSON.stringify(label)}`).toMatch(/\blabel\b/);
+          }
+        }
+      });
+      const spawned = await call("sessions_spawn", { task: "fixed task", label: `  ${"w".repeat(64)}  ` });
+      expect(spawned.status).toBe("accepted");
+      expect(h.app.sessions.get(spawned.childSessionKey ?? "")?.label).toBe("w".repeat(64));
       await settle(h);
     });
 

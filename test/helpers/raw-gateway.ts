@@ -12,6 +12,9 @@ export interface ResponseFrame {
   error?: { code: string; message: string; details?: unknown };
 }
 
+/** A token (sent as `auth.token`), an `auth` object as is, or undefined for no `auth` field at all. */
+export type ConnectAuth = string | { token?: string } | undefined;
+
 export class RawGateway {
   readonly responses: ResponseFrame[] = [];
   readonly events: Array<{ event: string; payload: unknown }> = [];
@@ -53,18 +56,18 @@ export class RawGateway {
     return gw;
   }
 
-  /** Sends `connect` with a token (or none) and resolves with its response. */
-  async handshake(token: string | undefined, scopes = ["operator.read", "operator.write", "operator.admin"]): Promise<ResponseFrame> {
-    const id = `connect-${Math.random().toString(36).slice(2)}`;
-    this.send(
-      JSON.stringify({
-        type: "req",
-        id,
-        method: "connect",
-        params: { minProtocol: 3, maxProtocol: 4, client: { id: "raw-test", version: "1", platform: "test", mode: "test" }, role: "operator", scopes, auth: token === undefined ? {} : { token } },
-      }),
-    );
+  /** Sends `connect` and resolves with its response. */
+  async handshake(auth: ConnectAuth, scopes = ["operator.read", "operator.write", "operator.admin"]): Promise<ResponseFrame> {
+    const id = this.sendConnect(auth, scopes);
     return this.response(id, 5000);
+  }
+
+  /** Sends `connect` without waiting for its answer; returns the request id. */
+  sendConnect(auth: ConnectAuth, scopes = ["operator.read", "operator.write", "operator.admin"]): string {
+    const id = `connect-${Math.random().toString(36).slice(2)}`;
+    const params = { minProtocol: 3, maxProtocol: 4, client: { id: "raw-test", version: "1", platform: "test", mode: "test" }, role: "operator", scopes };
+    this.send(JSON.stringify({ type: "req", id, method: "connect", params: auth === undefined ? params : { ...params, auth: typeof auth === "string" ? { token: auth } : auth } }));
+    return id;
   }
 
   send(data: string | Buffer): void {

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHarness, type Harness } from "../helpers/harness.js";
-import { RawGateway } from "../helpers/raw-gateway.js";
+import { RawGateway, type ConnectAuth } from "../helpers/raw-gateway.js";
 
 const TOKEN = "gw-secret-4f1c9a7e2b6d";
 let h: Harness;
@@ -17,8 +17,9 @@ afterAll(async () => {
 });
 
 describe("gateway authentication", () => {
-  const wrong: Array<[string, string | undefined]> = [
-    ["no token at all", undefined],
+  const wrong: Array<[string, ConnectAuth]> = [
+    ["no auth field at all", undefined],
+    ["an auth object without a token", {}],
     ["an empty token", ""],
     ["a different token", "not-the-token-at-all!!"],
     ["the token minus its last character", TOKEN.slice(0, -1)],
@@ -46,6 +47,25 @@ describe("gateway authentication", () => {
     expect(res.error?.message).toMatch(/first frame must be a "connect" request/);
     await gw.until(() => gw.closed !== undefined, 5000);
     expect(gw.responses.filter((r) => r.ok)).toEqual([]);
+  });
+
+  it("security: requests sent right behind a refused connect, before its answer, are not served", async () => {
+    const key = h.app.canonicalKey("main", "main");
+    await h.app.sessions.upsert(key, "main");
+    const modelCalls = h.model.requests.length;
+    const gw = await RawGateway.open(h.url);
+    gw.sendConnect("not-the-token-at-all!!");
+    const behind = [
+      { type: "req", id: "patch", method: "sessions.patch", params: { key, label: "pwned" } },
+      { type: "req", id: "chat", method: "chat.send", params: { sessionKey: key, message: "pwned", idempotencyKey: "pwned-1" } },
+      { type: "req", id: "list", method: "sessions.list", params: {} },
+    ];
+    for (const frame of behind) gw.send(JSON.stringify(frame));
+    await gw.until(() => gw.closed !== undefined, 5000);
+    expect(gw.responses.filter((r) => r.ok)).toEqual([]);
+    await h.app.router.idle();
+    expect(h.app.sessions.get(key)?.label).toBeUndefined();
+    expect(h.model.requests.length).toBe(modelCalls);
   });
 
   it("security: token in the wrong place (params.token, client.id, query string) does not authenticate", async () => {

@@ -5,9 +5,9 @@
  * errors of telegraf (whose request URLs embed the bot token), Telegram API errors, a model
  * server that echoes the rejected key in its error, refused gateway and webhook logins, a
  * failing delivery — then everything it wrote to stdout/stderr, and the channels' health as the
- * gateway reports it, is searched for each secret. (The logger's own backstops, which these paths
- * never reach because the secrets are stripped before logging, are tested in
- * logger-redaction.test.ts.)
+ * gateway reports it, is searched for each secret. Most paths strip a secret before it is logged;
+ * one (a token sent as the client's id) reaches the logger, whose scrubbing of the configured
+ * secrets is its only guard here (the logger's backstops in detail: logger-redaction.test.ts).
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -79,6 +79,12 @@ describe("secrets in logs", () => {
       expect((await gw.handshake(token)).ok).toBe(false);
       gw.close();
     }
+    // A client that put the token in the wrong place, its client id: refused, and the refusal logs
+    // that id — here only the logger's own scrubbing of configured secrets keeps the token out.
+    const misplaced = await RawGateway.open(`ws://127.0.0.1:${port}/`);
+    misplaced.send(JSON.stringify({ type: "req", id: "c", method: "connect", params: { minProtocol: 3, maxProtocol: 4, client: { id: GATEWAY_TOKEN, version: "1", platform: "p", mode: "m" } } }));
+    expect((await misplaced.response("c", 5000)).ok).toBe(false);
+    misplaced.close();
     const client = new GatewayClient({ url: `ws://127.0.0.1:${port}/`, token: GATEWAY_TOKEN });
     await client.connect();
     await expect(client.request("send", { channel: "discord", to: "1", message: "x", idempotencyKey: "k1" })).rejects.toThrow();
@@ -105,8 +111,10 @@ describe("secrets in logs", () => {
     // Nor any part of one long enough to matter: a credential cut short (a refused login's
     // near-miss, a truncated URL) gives most of it away.
     for (const secret of SECRETS) expect(pieces(secret, 12).filter((piece) => out.includes(piece)), `log output contains part of ${secret.slice(0, 6)}…`).toEqual([]);
-    // A refused login's presented token is not logged either: it is often a typo of the real one.
-    expect(out).not.toContain(WRONG_TOKEN);
+    expect(out).toMatch(/"client":"\[redacted\]"/);
+    // A refused login's presented token is not logged either, nor its start: it is often a typo
+    // of the real one.
+    for (const presented of [WRONG_TOKEN, GATEWAY_TOKEN]) expect(pieces(presented, 8).filter((piece) => out.includes(piece)), `log output contains part of ${presented.slice(0, 4)}…`).toEqual([]);
     expect(out).not.toMatch(/bot\d+:[A-Za-z0-9_-]{20,}/);
     expect(out).not.toMatch(/Bearer [A-Za-z0-9._-]{8,}/);
     // …and the chat never saw the key either (the run's error notice).

@@ -22,6 +22,8 @@ const ATTACKERS: FakeUser[] = [
   { id: 77700, is_bot: false, first_name: "Olivia" }, // …and a prefix of the owner's id
 ];
 const GROUP = groupChat(-100_900_001, "Team");
+/** An owner on Discord too, for the native (slash) commands, which Telegram does not have. */
+const DISCORD_OWNER = "555001";
 
 let h: Harness;
 let api: FakeTelegramBotApi;
@@ -33,7 +35,7 @@ beforeAll(async () => {
   const apiRoot = await api.start();
   h = await startHarness({
     config: {
-      commands: { owners: [`telegram:${OWNER.id}`] },
+      commands: { owners: [`telegram:${OWNER.id}`, `discord:${DISCORD_OWNER}`] },
       channels: { telegram: { enabled: true, botToken: api.token, apiRoot, requireMention: false, pollTimeoutSeconds: 1 }, discord: { enabled: false, requireMention: false }, whatsapp: { enabled: false, requireMention: false } },
     },
     adapters: [discord, whatsapp],
@@ -123,9 +125,23 @@ describe("/send spoofing corpus", () => {
     ];
     for (const m of spoofs) expect((await h.app.router.accept(m)).status).toBe("accepted");
     await h.app.router.idle();
-    // Native (slash) commands from a non-owner are refused with a private "not allowed".
-    const native = await h.app.router.nativeCommand({ origin: { channel: "discord", accountId: "default", chatType: "channel", peerId: "555", to: "555", senderId: "666001", senderName: "Olivia Owner", messageId: "n1", timestamp: Date.now() }, text: "/send off" });
-    expect(native).toMatch(/Not allowed/);
+    // Native (slash) commands from a non-owner are refused with a private "not allowed": the
+    // Discord owner's id as a name, look-alike ids, the Telegram owner's id on Discord.
+    const nativeSpoofs: Array<[senderId: string, senderName: string]> = [
+      ["666001", "Olivia Owner"],
+      ["666001", DISCORD_OWNER],
+      ["666001", `@${DISCORD_OWNER}`],
+      ["666001", `discord:${DISCORD_OWNER}`],
+      [`${DISCORD_OWNER} `, DISCORD_OWNER],
+      [`0${DISCORD_OWNER}`, DISCORD_OWNER],
+      [`${DISCORD_OWNER}0`, DISCORD_OWNER],
+      [`discord:${DISCORD_OWNER}`, DISCORD_OWNER],
+      [String(OWNER.id), "Olivia Owner"],
+    ];
+    for (const [senderId, senderName] of nativeSpoofs) {
+      const origin = { channel: "discord" as const, accountId: "default", chatType: "channel" as const, peerId: "555", to: "555", senderId, senderName, messageId: `n-${senderId}`, timestamp: Date.now() };
+      expect(await h.app.router.nativeCommand({ origin, text: "/send off" }), `${senderId} as ${senderName}`).toMatch(/Not allowed/);
+    }
     expect(policies()).toEqual(before);
     expect([...discord.sent, ...whatsapp.sent].filter((m) => /Send policy set/.test(m.text))).toEqual([]);
     expect(policyReplies()).toEqual([]);
@@ -138,5 +154,8 @@ describe("/send spoofing corpus", () => {
     // Idle means the answer is in the outbox; its send to the fake may still be on its way.
     await waitFor(() => policyReplies().length > 0, 10_000, "the owner's command answered");
     expect(policyReplies().map((m) => m.text)).toEqual(["⚙️ Send policy set to off."]);
+    const origin = { channel: "discord" as const, accountId: "default", chatType: "channel" as const, peerId: "555", to: "555", senderId: DISCORD_OWNER, senderName: "Olivia", messageId: "n-owner", timestamp: Date.now() };
+    expect(await h.app.router.nativeCommand({ origin, text: "/send off" })).toBe("⚙️ Send policy set to off.");
+    expect(h.app.sessions.get("agent:main:discord:channel:555")?.sendPolicy).toBe("deny");
   });
 });
