@@ -443,29 +443,25 @@ export class Outbox {
   private async reconcile(record: OutboxRecord, log: pino.Logger): Promise<boolean> {
     const index = record.attempted as number;
     record.attempted = undefined;
-    const interruptions = (record.interruptions ?? 0) + 1;
-    if (!this.journal.mayHaveStarted(record.id, index)) {
+    const neverStarted = !this.journal.mayHaveStarted(record.id, index);
+    if (neverStarted || this.deps.adapter(record.target.channel, record.target.accountId)?.idempotentSends) {
+      const interruptions = (record.interruptions ?? 0) + 1;
+      if (interruptions >= MAX_INTERRUPTED_STARTS) {
+        record.error = `send of chunk ${index} interrupted by a restart at ${interruptions} starts in a row: given up (a send that kills the process would crash the daemon at every start)`;
+        log.error({ chunk: index, interruptions }, record.error);
+        await this.finish(record, "failed");
+        await this.recordDelivery(record, "failed", record.error);
+        return false;
+      }
       record.next = index;
-      log.info({ chunk: index, interruptions }, "send interrupted by a restart before it reached the platform; sending it");
-    } else if (this.deps.adapter(record.target.channel, record.target.accountId)?.idempotentSends) {
-      record.next = index;
-      log.info({ chunk: index, interruptions }, "send interrupted by a restart; repeating it under the same idempotency key");
+      record.interruptions = interruptions;
+      log.info({ chunk: index, interruptions }, neverStarted ? "send interrupted by a restart before it reached the platform; sending it" : "send interrupted by a restart; repeating it under the same idempotency key");
     } else {
       record.unknownChunks = [...(record.unknownChunks ?? []), index];
       record.next = index + 1;
       record.interruptions = undefined;
       log.warn({ chunk: index }, "send interrupted by a restart; chunk not re-sent (unknown_after_send)");
-      await this.persist(record);
-      return true;
     }
-    if (interruptions >= MAX_INTERRUPTED_STARTS) {
-      record.error = `send of chunk ${index} interrupted by a restart at ${interruptions} starts in a row: given up (a send that kills the process would crash the daemon at every start)`;
-      log.error({ chunk: index, interruptions }, record.error);
-      await this.finish(record, "failed");
-      await this.recordDelivery(record, "failed", record.error);
-      return false;
-    }
-    record.interruptions = interruptions;
     await this.persist(record);
     return true;
   }
