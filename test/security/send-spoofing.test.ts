@@ -24,6 +24,9 @@ const ATTACKERS: FakeUser[] = [
 const GROUP = groupChat(-100_900_001, "Team");
 /** An owner on Discord too, for the native (slash) commands, which Telegram does not have. */
 const DISCORD_OWNER = "555001";
+/** A native command's origin in Discord channel 555. */
+const discordOrigin = (senderId: string, senderName: string, messageId: string) =>
+  ({ channel: "discord", accountId: "default", chatType: "channel", peerId: "555", to: "555", senderId, senderName, messageId, timestamp: Date.now() }) as const;
 
 let h: Harness;
 let api: FakeTelegramBotApi;
@@ -138,9 +141,8 @@ describe("/send spoofing corpus", () => {
       [`discord:${DISCORD_OWNER}`, DISCORD_OWNER],
       [String(OWNER.id), "Olivia Owner"],
     ];
-    for (const [senderId, senderName] of nativeSpoofs) {
-      const origin = { channel: "discord" as const, accountId: "default", chatType: "channel" as const, peerId: "555", to: "555", senderId, senderName, messageId: `n-${senderId}`, timestamp: Date.now() };
-      expect(await h.app.router.nativeCommand({ origin, text: "/send off" }), `${senderId} as ${senderName}`).toMatch(/Not allowed/);
+    for (const [i, [senderId, senderName]] of nativeSpoofs.entries()) {
+      expect(await h.app.router.nativeCommand({ origin: discordOrigin(senderId, senderName, `n${i}`), text: "/send off" }), `${senderId} as ${senderName}`).toMatch(/Not allowed/);
     }
     expect(policies()).toEqual(before);
     expect([...discord.sent, ...whatsapp.sent].filter((m) => /Send policy set/.test(m.text))).toEqual([]);
@@ -154,8 +156,7 @@ describe("/send spoofing corpus", () => {
     // Idle means the answer is in the outbox; its send to the fake may still be on its way.
     await waitFor(() => policyReplies().length > 0, 10_000, "the owner's command answered");
     expect(policyReplies().map((m) => m.text)).toEqual(["⚙️ Send policy set to off."]);
-    const origin = { channel: "discord" as const, accountId: "default", chatType: "channel" as const, peerId: "555", to: "555", senderId: DISCORD_OWNER, senderName: "Olivia", messageId: "n-owner", timestamp: Date.now() };
-    expect(await h.app.router.nativeCommand({ origin, text: "/send off" })).toBe("⚙️ Send policy set to off.");
+    expect(await h.app.router.nativeCommand({ origin: discordOrigin(DISCORD_OWNER, "Olivia", "n-owner"), text: "/send off" })).toBe("⚙️ Send policy set to off.");
     expect(h.app.sessions.get("agent:main:discord:channel:555")?.sendPolicy).toBe("deny");
   });
 });
