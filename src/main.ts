@@ -151,7 +151,7 @@ clientOptions(program.command("status").description("channel health, run counts,
   call(opts, "health", {}, (p) =>
     [
       `switchboard ${p.version} — up ${Math.round(p.uptimeMs / 1000)} s, ${p.sessions} sessions, model ${p.model ?? "none"}`,
-      `runs: ${p.runs.running} running, ${p.runs.queued} queued; inbound: ${p.inbound.pending} pending${inboundTrouble(p.inbound)}; outbox: ${p.outbox.pending} pending`,
+      `runs: ${p.runs.running} running, ${p.runs.queued} queued; inbound: ${p.inbound.pending} pending${inboundTrouble(p.inbound)}; outbox: ${p.outbox.pending} pending${p.outbox.failed ? ` (${p.outbox.failed} failed since start, see the log)` : ""}`,
       ...Object.entries(p.channels).map(([name, h]: [string, any]) => `${name}: ${h.connected ? "connected" : "disconnected"}${h.lastInboundAt ? `, last inbound ${new Date(h.lastInboundAt).toISOString()}` : ""}${h.lastError ? `, last error: ${h.lastError}` : ""}`),
     ].join("\n"),
   ),

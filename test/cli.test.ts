@@ -38,4 +38,13 @@ describe("CLI gateway clients", () => {
     const status = await run("node", [BIN, "status", "--url", h.url, "--token", "cli-token-123456"]);
     expect(status.stdout).toMatch(/inbound: 0 pending \(1 given up after failing at every start, see the log\); outbox: \d+ pending/);
   });
+
+  it("status tells of deliveries that failed since start, not only the count pending", async () => {
+    h = await startHarness({ config: { gateway: { auth: { token: "cli-token-123456" } } } });
+    // No Discord adapter runs here: the delivery fails at once ("channel not connected").
+    const { done } = await h.app.outbox.enqueue({ id: "to-nowhere", target: { channel: "discord", accountId: "default", to: "1" }, text: "hello", kind: "send" });
+    expect(await done).toMatchObject({ status: "failed" });
+    const status = await run("node", [BIN, "status", "--url", h.url, "--token", "cli-token-123456"]);
+    expect(status.stdout).toMatch(/outbox: 0 pending \(1 failed since start, see the log\)/);
+  });
 });

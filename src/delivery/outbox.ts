@@ -125,6 +125,7 @@ export class Outbox {
   private readonly journal: SendJournal;
   private stopped = false;
   private inflight = 0;
+  private failedHere = 0;
   private lastCreatedAt = 0;
   /** The accepting write of a message just enqueued, until it has committed. */
   private readonly accepting = new Map<string, Promise<void>>();
@@ -185,6 +186,11 @@ export class Outbox {
 
   private get retentionMs(): number {
     return this.deps.retentionMs ?? 24 * 3600_000;
+  }
+
+  /** Messages whose delivery failed in this process (`health`, `status`): the log says why. */
+  get failed(): number {
+    return this.failedHere;
   }
 
   /** Messages not yet finished (queue depth for `status`). */
@@ -477,6 +483,7 @@ export class Outbox {
 
   private async finish(record: OutboxRecord, state: OutboxState): Promise<void> {
     record.state = state;
+    if (state === "failed") this.failedHere++;
     await this.persist(record);
     const result = this.retire(record);
     for (const resolve of this.waiters.get(record.id) ?? []) resolve(result);
