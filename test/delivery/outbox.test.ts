@@ -47,7 +47,7 @@ async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapt
     sessions,
     transcripts,
     policy: () => opts.policy ?? { rules: [], default: "allow" },
-    adapter: (channel) => (channel === "telegram" ? adapter : undefined),
+    adapter: (channel) => (channel === adapter.channel ? adapter : undefined),
     log: pino({ level: "silent" }),
     sleep: async () => {},
     ...opts.clock,
@@ -99,6 +99,15 @@ describe("outbox — the one outbound gate", () => {
     expect(adapter.sent).toEqual([]);
   });
 
+  it("R30 a chatType rule applies to a direct session too: the chat type comes from the session entry, as a direct key carries none", async () => {
+    const { outbox, adapter, sessions } = await setup({ policy: { rules: [{ action: "deny", match: { channel: "telegram", chatType: "direct" } }], default: "allow" } });
+    await sessions.upsert("agent:main:main", "main", { chatType: "direct", lastChannel: "telegram" });
+    const dm: OutboundTarget = { channel: "telegram", accountId: "default", to: "1001" };
+    const { done } = await outbox.enqueue({ id: "dm1", sessionKey: "agent:main:main", target: dm, text: "private", kind: "reply" });
+    expect(await done).toMatchObject({ status: "suppressed", reason: "rule #1" });
+    expect(adapter.sent).toEqual([]);
+  });
+
   it("the owner's own command answer is the single exception to deny", async () => {
     const { outbox, adapter, sessions } = await setup();
     await sessions.upsert(KEY, "main", { sendPolicy: "deny" });
@@ -116,6 +125,14 @@ describe("outbox — the one outbound gate", () => {
     expect(adapter.sent.length).toBeGreaterThan(1);
     expect(adapter.sent.every((m) => m.text.length <= 50)).toBe(true);
     expect(adapter.sent.map((m) => m.text).join("\n")).toBe(text);
+  });
+
+  it("Discord replies are cut at 17 lines a message even well under its character limit (openclaw-behaviour §8: maxLinesPerMessage)", async () => {
+    const { outbox, adapter } = await setup({ adapter: new RecordingAdapter("discord", "default", 2000) });
+    const lines = Array.from({ length: 20 }, (_, i) => `line ${i}`);
+    const { done } = await outbox.enqueue({ id: "tall", target: { channel: "discord", accountId: "default", to: "c1" }, text: lines.join("\n"), kind: "reply" });
+    expect((await done).status).toBe("sent");
+    expect(adapter.textsTo("c1").map((t) => t.split("\n"))).toEqual([lines.slice(0, 17), lines.slice(17)]);
   });
 
   it("a repeated idempotency id delivers once", async () => {

@@ -143,6 +143,16 @@ describe("gateway session references", () => {
     expect(h.model.requests).toHaveLength(0);
   });
 
+  it("R1 sessions.patch with a key padded by whitespace patches main itself, not a stray entry", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    // The protocol only refuses blank keys; padding reaches the key codec, which must trim it.
+    expect(await c.request("sessions.patch", { key: " main\t", sendPolicy: "deny" })).toMatchObject({ ok: true, key: "agent:main:main", entry: { sendPolicy: "deny" } });
+    expect(h.app.sessions.list({}).map((e) => e.key)).toEqual(["agent:main:main"]);
+    await expect(c.request("agent", { sessionKey: "main", message: "hi", idempotencyKey: "padded" })).rejects.toMatchObject({ message: "send blocked by session policy" });
+    expect(h.model.requests).toHaveLength(0);
+  });
+
   it("a label is stored trimmed, as the session tools store it", async () => {
     h = await startHarness();
     const c = await h.client();
@@ -264,6 +274,30 @@ describe("gateway methods", () => {
     await expect(c.request("send", { channel: "telegram", to: "-2", message: "nope", sessionKey: "agent:main:telegram:group:-2", idempotencyKey: "s2" })).rejects.toMatchObject({ message: "send blocked by session policy" });
     expect(telegram.sent.map((m) => m.text)).toEqual(["notice"]);
     await expect(c.request("send", { channel: "discord", to: "1", message: "x", idempotencyKey: "s3" })).rejects.toMatchObject({ code: "UNAVAILABLE", message: expect.stringMatching(/channel not connected: discord/) });
+  });
+
+  it("D2 send without a sessionKey applies the sendPolicy of the session that chats in the target chat", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ adapters: [telegram] });
+    // The group speaks first, so its session records where it lives; that record is the only link
+    // from a bare channel+to back to the session whose policy governs the chat.
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-2", to: "-2", wasMentioned: true, text: "hello group" }));
+    await h.app.router.idle();
+    expect(h.app.sessions.require("agent:main:telegram:group:-2").deliveryContext).toMatchObject({ channel: "telegram", to: "-2" });
+    expect(telegram.sent.map((m) => m.text)).toEqual(["echo: hello group"]);
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "agent:main:telegram:group:-2", sendPolicy: "deny" });
+    await expect(c.request("send", { channel: "telegram", to: "-2", message: "sneaky notice", idempotencyKey: "s-nokey" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "send blocked by session policy" });
+    expect(telegram.sent.map((m) => m.text)).toEqual(["echo: hello group"]);
+  });
+
+  it("R29 chat.send of text that merely starts with '/' (not a command) is refused in a denied session", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "main", sendPolicy: "deny" });
+    // Only parsed owner commands are exempt (so `/send on` can lift the deny); a path is ordinary text.
+    await expect(c.request("chat.send", { sessionKey: "main", message: "/tmp is full", idempotencyKey: "slash" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "send blocked by session policy" });
+    expect(h.model.requests).toHaveLength(0);
   });
 
   it("health reports channels, runs and queue depth", async () => {

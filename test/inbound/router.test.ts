@@ -72,6 +72,18 @@ describe("inbound router", () => {
     expect(h.model.requests).toHaveLength(0);
   });
 
+  it("mention gating: a group's own requireMention (channels.telegram.groups) overrides the \"*\" entry, which still covers the other groups", async () => {
+    const { h, telegram } = await boot({ channels: { telegram: { enabled: false, requireMention: true, groups: { "*": { requireMention: true }, "-100123": { requireMention: false } } } } });
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100123", to: "-100123", wasMentioned: false, text: "open room" }));
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100999", to: "-100999", wasMentioned: false, text: "other room" }));
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(telegram.textsTo("-100123")).toEqual(["echo: open room"]));
+    expect(telegram.textsTo("-100999")).toEqual([]);
+    expect(h.model.requests).toHaveLength(1);
+    const other = h.app.sessions.require("agent:main:telegram:group:-100999");
+    expect((await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(other))).map((m) => m.role === "user" && m.content)).toEqual(["other room"]);
+  });
+
   it("R28 D3 the owner's /send off silences the chat (answered anyway); inbound is still recorded with no run; /send inherit restores", async () => {
     const { h, telegram } = await boot();
     const group = { chatType: "group" as const, peerId: "-100400", to: "-100400", wasMentioned: true };
@@ -92,6 +104,22 @@ describe("inbound router", () => {
     expect(h.app.sessions.get("agent:main:telegram:group:-100400")?.sendPolicy).toBeUndefined();
     await h.app.router.accept(inbound({ ...group, senderId: STRANGER, text: "now?" }));
     await vi.waitFor(() => expect(telegram.textsTo("-100400")).toContain("echo: now?"));
+  });
+
+  it("R28 R30 D3 a direct chat silenced by the owner's /send off: a message is still recorded, with no run", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "/send off" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["⚙️ Send policy set to off."]));
+    expect(h.app.sessions.get("agent:main:main")?.sendPolicy).toBe("deny");
+
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "still there?" }));
+    await h.app.router.idle();
+    // The outbox would drop the reply anyway; what is checked is that no model call is spent on it.
+    expect(h.model.requests).toHaveLength(0);
+    expect(telegram.sent.map((m) => m.text)).toEqual(["⚙️ Send policy set to off."]);
+    const entry = h.app.sessions.require("agent:main:main");
+    const said = (await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(entry))).map((m) => (m.role === "user" ? m.content : m.role));
+    expect(said).toEqual(["still there?"]);
   });
 
   it("R28 a non-owner's /send is ignored: no policy change, no answer, never run as a prompt", async () => {

@@ -23,6 +23,8 @@ describe("send policy", () => {
     ],
     ["a matching allow beats default deny", { rules: [{ action: "allow", match: { channel: "telegram" } }], default: "deny" }, { channel: "telegram", chatType: "direct" }, "allow", "rule #1"],
     ["unset override inherits the config", discordGroupsDenied, { override: undefined, channel: "discord", chatType: "group" }, "deny", "rule #1"],
+    // A cron session has no chat type: a group-only rule must not silence it.
+    ["a chatType rule does not match a subject of unknown chat type", { rules: [{ action: "deny", match: { chatType: "group" } }], default: "allow" }, { sessionKey: "cron:j", channel: "telegram" }, "allow", "default"],
   ])("R27–R30 %s", (_name, config, subject, decision, reason) => {
     expect(resolveSendPolicy(config, subject)).toEqual({ decision, reason });
   });

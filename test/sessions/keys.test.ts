@@ -1,4 +1,6 @@
 import { describe, expect, it } from "vitest";
+import { parseConfig } from "../../src/config/load.js";
+import { resolveRoute } from "../../src/inbound/route.js";
 import {
   canonicalizeKey,
   classifySessionKind,
@@ -44,6 +46,16 @@ describe("session keys", () => {
     expect(groupSessionKey({ agentId: "main", ...input })).toBe(expected);
   });
 
+  it.each([
+    ["daily", "cron:daily"],
+    ["Daily", "cron:daily"],
+    ["NIGHTLY-Backup", "cron:nightly-backup"],
+    [" Weekly ", "cron:weekly"],
+  ])("R3 cron keys are lowercase whatever the job id's case: %j → %s", (jobId, expected) => {
+    // Stored keys are always lowercase, so a cron job named "Daily" must meet the same session callers reach as cron:daily.
+    expect(cronSessionKey(jobId)).toBe(expected);
+  });
+
   it("R3 R4 R5 internal sources keep their spec'd bare keys", () => {
     expect(cronSessionKey("daily")).toBe("cron:daily");
     expect(hookSessionKey("5f0c")).toBe("hook:5f0c");
@@ -60,7 +72,12 @@ describe("session keys", () => {
     ["cron:daily", "cron:daily"],
     ["hook:abc", "hook:abc"],
     ["unknown", "unknown"],
-  ])("R1 canonicalisation: %s from agent ops → %s", (raw, expected) => {
+    // Keys arrive from gateway params and tool arguments with stray whitespace; unstripped they would name a different session.
+    [" main ", "agent:ops:main"],
+    ["\tmain\n", "agent:ops:main"],
+    ["  agent:ops:telegram:group:1 ", "agent:ops:telegram:group:1"],
+    [" cron:daily\n", "cron:daily"],
+  ])("R1 canonicalisation: %j from agent ops → %s", (raw, expected) => {
     expect(canonicalizeKey(raw, { agentId: "ops", scope: "per-sender" })).toBe(expected);
   });
 
@@ -126,5 +143,18 @@ describe("session keys", () => {
     ["", "main"],
   ])("agent ids normalise: %j → %s", (raw, expected) => {
     expect(normalizeAgentId(raw)).toBe(expected);
+  });
+});
+
+describe("inbound route → session key", () => {
+  const config = parseConfig({}, "<test>", {});
+  const dm = { channel: "telegram", accountId: "default", chatType: "direct", peerId: "42" } as const;
+
+  it.each([
+    [{ ...dm, threadId: "7" }, "agent:main:main:thread:7"],
+    [dm, "agent:main:main"],
+    [{ ...dm, chatType: "group", peerId: "-100123", threadId: "99" }, "agent:main:telegram:group:-100123:topic:99"],
+  ] as const)("R1 R2 a message %j routes to %s (a DM thread keeps its own :thread: session)", (msg, expected) => {
+    expect(resolveRoute(config, msg)).toMatchObject({ agentId: "main", sessionKey: expected, matchedBy: "default" });
   });
 });

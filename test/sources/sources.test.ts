@@ -59,6 +59,18 @@ describe("cron", () => {
     await done;
     await vi.waitFor(() => expect(telegram.textsTo("777")).toEqual(["echo: weekly report"]));
   });
+
+  it("R27 R30 D2 a cron reply is gated by its session's send policy: a cron session patched to deny delivers nothing", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ store: "memory", adapters: [telegram], responder: toolDriver(), config: { cron: { jobs: [{ id: "report", schedule: "0 0 1 1 *", message: "weekly report" }] } } });
+    await h.app.sessions.upsert("cron:report", "main", { deliveryContext: { channel: "telegram", to: "777", accountId: "default" } });
+    const admin = await h.client();
+    await admin.request("sessions.patch", { key: "cron:report", sendPolicy: "deny" });
+    const { done, runId } = await features(h).cron.fire(h.app.config.cron.jobs[0]);
+    await done;
+    await vi.waitFor(() => expect(h!.app.outbox.get(`cron:${runId}`)).toMatchObject({ state: "suppressed", sessionKey: "cron:report" }));
+    expect(telegram.sent).toEqual([]);
+  });
 });
 
 describe("hooks: POST /hooks/agent", () => {
@@ -91,6 +103,21 @@ describe("hooks: POST /hooks/agent", () => {
     const res = await post({ message: "alert", deliver: true, channel: "telegram", to: "4242" });
     expect(res.status).toBe(202);
     await vi.waitFor(() => expect(telegram.textsTo("4242")).toEqual(["echo: alert"]));
+  });
+
+  it("R30 D2 a delivered hook reply is gated by the send policy: a keyPrefix \"hook:\" deny rule leaves the chat untouched", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({
+      store: "memory",
+      adapters: [telegram],
+      responder: toolDriver(),
+      config: { hooks: { enabled: true, token: TOKEN }, session: { sendPolicy: { rules: [{ match: { keyPrefix: "hook:" }, action: "deny" }], default: "allow" } } },
+    });
+    const res = await post({ message: "alert", deliver: true, channel: "telegram", to: "4242" });
+    expect(res.status).toBe(202);
+    const { runId, sessionKey } = (await res.json()) as { runId: string; sessionKey: string };
+    await vi.waitFor(() => expect(h!.app.outbox.get(`hook:${runId}`)).toMatchObject({ state: "suppressed", sessionKey }));
+    expect(telegram.sent).toEqual([]);
   });
 
   it("401 for a missing or wrong token; 400 naming the problem for a bad body", async () => {

@@ -197,6 +197,16 @@ describe("sub-agent announce", () => {
     expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toBeUndefined();
   });
 
+  // Only the exact token is the opt-out: a reply that merely mentions it, or a different case, is an announce.
+  it.each(["Result: done (no need for ANNOUNCE_SKIP)", "announce_skip"])("R38 a reply that is not exactly ANNOUNCE_SKIP is posted: %j", async (reply) => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: reply } : undefined);
+    const result = await spawn({ task: "loud work" });
+    await settle(h!);
+    expect(announcesIn(GROUP_PEER)).toHaveLength(1);
+    expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toMatchObject({ state: "sent", kind: "announce" });
+  });
+
   it("R37 D2 the requester session's send policy applies: a denied chat gets no announce", async () => {
     await boot();
     script = (_req, step) => (step === "subagent" ? { delayMs: 300, content: "secret" } : step === "subagent-announce" ? { content: "Result: secret" } : undefined);

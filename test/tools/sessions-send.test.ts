@@ -111,6 +111,18 @@ describe("sessions_send: the primary run", () => {
     expect(countSteps(h!.model.requests, "a2a-announce")).toBe(0);
   });
 
+  it("R13 R16 timeoutSeconds = 0 and the run then fails: no loop and no announce follow (the error is nothing to talk about)", async () => {
+    await boot();
+    script = (_req, step) => (step === "a2a-message" ? { status: 400, error: "context too long" } : undefined);
+    const result = await send({ sessionKey: TGT, message: "boom later", timeoutSeconds: 0 });
+    expect(result).toEqual({ runId: expect.any(String), status: "accepted", sessionKey: TGT });
+    await vi.waitFor(() => expect(h!.app.runtime.get(result.runId)?.status).toBe("error"));
+    await settle(h!);
+    expect(countSteps(h!.model.requests, "a2a-reply")).toBe(0);
+    expect(countSteps(h!.model.requests, "a2a-announce")).toBe(0);
+    expect(telegram.textsTo("-100tgt")).toEqual([]);
+  });
+
   it("sending to the caller's own session is an error (its run would wait for itself)", async () => {
     await boot();
     const result = await send({ sessionKey: REQ, message: "me?" });
