@@ -7,7 +7,7 @@ import type { App } from "../app.js";
 import type { OutboundTarget } from "../channels/types.js";
 import type { RunOutcome } from "../agents/runtime.js";
 import { classifySessionKind, isSubagentKey, agentIdFromKey, normalizeAgentId, MAIN_KEY, displayKey, nodeSessionKey } from "../sessions/keys.js";
-import { normalizeDeliveryContext } from "../sessions/entry.js";
+import { normalizeDeliveryContext, type DeliveryContext } from "../sessions/entry.js";
 import { toSessionRow } from "../sessions/rows.js";
 import { SessionNotFoundError } from "../sessions/session-store.js";
 import { replyText } from "../inbound/router.js";
@@ -228,7 +228,9 @@ export function createHandlers(app: App, version: string): Handlers {
     async send(p) {
       const accountId = p.accountId ?? "default";
       const target: OutboundTarget = { channel: p.channel, accountId, to: p.to, ...(p.threadId !== undefined ? { threadId: String(p.threadId) } : {}) };
-      const sessionKey = p.sessionKey ? resolveKey(p.sessionKey) : sessions().list({ limit: 1, where: (e) => e.deliveryContext?.channel === p.channel && e.deliveryContext.to === p.to })[0]?.key;
+      // Without a key, the session living at exactly this destination governs it: a forum topic's
+      // session is not its group's, nor one bot account's chat another's.
+      const sessionKey = p.sessionKey ? resolveKey(p.sessionKey) : sessions().list({ limit: 1, where: (e) => sameDestination(e.deliveryContext, target) })[0]?.key;
       const { done } = await app.outbox.enqueue({ id: `send:${p.idempotencyKey}`, sessionKey, target, text: p.message, kind: "send" });
       const result = await withTimeout(done, 30_000);
       if (!result) return { status: "queued", id: `send:${p.idempotencyKey}` };
@@ -306,4 +308,8 @@ async function deliverReply(app: App, sessionKey: string, runId: string, p: Meth
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
   let timer: NodeJS.Timeout | undefined;
   return Promise.race([p, new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), ms)))]).finally(() => clearTimeout(timer));
+}
+
+function sameDestination(dc: DeliveryContext | undefined, target: OutboundTarget): boolean {
+  return dc !== undefined && dc.channel === target.channel && dc.to === target.to && (dc.accountId ?? "default") === target.accountId && dc.threadId === target.threadId;
 }

@@ -291,6 +291,23 @@ describe("gateway methods", () => {
     expect(telegram.sent.map((m) => m.text)).toEqual(["echo: hello group"]);
   });
 
+  it("D2 send without a sessionKey takes the policy of the session at exactly that destination: a forum topic's session does not speak for its group", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ adapters: [telegram] });
+    const group = { chatType: "group" as const, peerId: "-3", to: "-3", wasMentioned: true };
+    await h.app.router.accept(inbound({ ...group, text: "hello group" }));
+    await h.app.router.idle();
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "agent:main:telegram:group:-3", sendPolicy: "deny" });
+    // The group's topic 9 speaks last: its session is the chat's most recent, and it is allowed.
+    await h.app.router.accept(inbound({ ...group, threadId: "9", text: "hello topic" }));
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(telegram.textsTo("-3")).toEqual(["echo: hello group", "echo: hello topic"]));
+    await expect(c.request("send", { channel: "telegram", to: "-3", message: "to the group", idempotencyKey: "s-group" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "send blocked by session policy" });
+    expect(await c.request("send", { channel: "telegram", to: "-3", threadId: "9", message: "to the topic", idempotencyKey: "s-topic" })).toMatchObject({ status: "sent" });
+    expect(telegram.sent.map((m) => [m.text, m.target.threadId])).toEqual([["echo: hello group", undefined], ["echo: hello topic", "9"], ["to the topic", "9"]]);
+  });
+
   it("R29 chat.send of text that merely starts with '/' (not a command) is refused in a denied session", async () => {
     h = await startHarness();
     const c = await h.client();
