@@ -130,16 +130,11 @@ export class TranscriptStore {
       return limit === undefined ? cached.messages.slice() : cached.messages.slice(-limit);
     }
     const version = this.appended.get(file) ?? 0;
-    const lines = limit === undefined ? await readAllLines(file) : await readLastLines(file, limit, isMessageLine);
-    const out: TranscriptMessage[] = [];
-    for (const line of lines) {
-      const parsed = parseLine(line);
-      if (parsed?.type === "message") out.push(parsed.message);
-    }
-    // Fewer lines than asked for means the whole file was read. A line appended while reading
+    const out = limit === undefined ? (await readAllLines(file)).flatMap((line) => messageOf(line) ?? []) : await readLastLines(file, limit, messageOf);
+    // Fewer messages than asked for means the whole file was read. A line appended while reading
     // could be missing from what was read, so the tail is cached only if none was.
     if ((this.appended.get(file) ?? 0) === version && !this.chains.has(file)) {
-      const complete = (limit === undefined || lines.length < limit) && out.length <= TAIL_MESSAGES;
+      const complete = (limit === undefined || out.length < limit) && out.length <= TAIL_MESSAGES;
       this.tails.set(file, { messages: out.slice(-TAIL_MESSAGES).map(deepFreeze), complete });
     }
     return limit === undefined ? out : out.slice(-limit);
@@ -286,8 +281,11 @@ export class TranscriptStore {
   }
 }
 
-function isMessageLine(line: string): boolean {
-  return line.startsWith('{"type":"message"');
+/** The message of a message line; a torn one (a crash mid-append) is no message, and does not count toward a limit. */
+function messageOf(line: string): TranscriptMessage | undefined {
+  if (!line.startsWith('{"type":"message"')) return undefined;
+  const parsed = parseLine(line);
+  return parsed?.type === "message" ? parsed.message : undefined;
 }
 
 function parseLine(line: string): TranscriptLine | undefined {
@@ -309,10 +307,10 @@ async function readAllLines(file: string): Promise<string[]> {
 }
 
 /**
- * Reads backwards in 64 KiB blocks until `count` matching lines are found, so the cost of
- * `chat.history {limit}` depends on the limit, not on the transcript's length.
+ * Reads backwards in 64 KiB blocks until `count` lines have given a value (`pick`), so the cost
+ * of `chat.history {limit}` depends on the limit, not on the transcript's length.
  */
-async function readLastLines(file: string, count: number, match: (line: string) => boolean): Promise<string[]> {
+async function readLastLines<T>(file: string, count: number, pick: (line: string) => T | undefined): Promise<T[]> {
   if (count <= 0) return [];
   const handle = await fs.open(file, "r").catch((err: NodeJS.ErrnoException) => {
     if (err.code === "ENOENT") return undefined;
@@ -324,7 +322,7 @@ async function readLastLines(file: string, count: number, match: (line: string) 
     const block = 64 * 1024;
     let pos = size;
     let carry = Buffer.alloc(0);
-    const found: string[] = [];
+    const found: T[] = [];
     while (pos > 0 && found.length < count) {
       const len = Math.min(block, pos);
       pos -= len;
@@ -336,16 +334,17 @@ async function readLastLines(file: string, count: number, match: (line: string) 
         if (chunk[i] !== 0x0a) continue;
         const line = chunk.subarray(i + 1, end).toString("utf8");
         end = i;
-        if (line && match(line)) {
-          found.push(line);
+        const value = line ? pick(line) : undefined;
+        if (value !== undefined) {
+          found.push(value);
           if (found.length >= count) break;
         }
       }
       carry = chunk.subarray(0, end);
     }
     if (pos === 0 && found.length < count && carry.length) {
-      const line = carry.toString("utf8");
-      if (match(line)) found.push(line);
+      const value = pick(carry.toString("utf8"));
+      if (value !== undefined) found.push(value);
     }
     return found.reverse();
   } finally {

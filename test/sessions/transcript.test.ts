@@ -58,6 +58,18 @@ describe("transcripts (append-only JSONL)", () => {
     expect((await fresh.readMessages(r.path, 5)).length).toBe(2);
   });
 
+  it("a torn line does not count toward a read's limit: the last N messages are N whole ones, before and after the next append, from a fresh store too", async () => {
+    const t = store();
+    const r = ref();
+    for (let i = 0; i < 10; i++) await t.appendMessage(r, { role: "user", content: `m${i}`, timestamp: i });
+    appendFileSync(r.path, '{"type":"message","id":"torn","mess');
+    const texts = (messages: Awaited<ReturnType<TranscriptStore["readMessages"]>>) => messages.map((m) => m.role === "user" && m.content);
+    expect(texts(await store().readMessages(r.path, 5))).toEqual(["m5", "m6", "m7", "m8", "m9"]);
+    await store().appendMessage(r, { role: "user", content: "m10", timestamp: 10 });
+    // The torn line now sits mid-file, among the lines a read of the last five passes over.
+    expect(texts(await store().readMessages(r.path, 5))).toEqual(["m6", "m7", "m8", "m9", "m10"]);
+  });
+
   it("R11 a transcript file left empty (created, then killed before its first write) gets its session header before the first line", async () => {
     const r = ref();
     mkdirSync(path.dirname(r.path), { recursive: true });
