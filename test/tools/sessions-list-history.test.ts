@@ -147,6 +147,30 @@ describe("sessions_history", () => {
     expect(result.messages.map((m: any) => m.content)).toEqual(["line 28", "line 29"]);
   });
 
+  it("R10 without tool results, limit still gives the newest `limit` other messages, however many tool results sit among them", async () => {
+    const key = "agent:main:toolish";
+    const entry = await h.app.sessions.upsert(key, "main");
+    const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key };
+    await h.app.transcripts.appendMessage(ref, { role: "user", content: "ask", timestamp: 1 });
+    for (let i = 0; i < 3; i++) {
+      await h.app.transcripts.appendMessage(ref, { role: "assistant", content: [{ type: "toolCall", id: `c${i}`, name: "agents_list", arguments: {} }], timestamp: 2 + i });
+      await h.app.transcripts.appendMessage(ref, { role: "toolResult", toolCallId: `c${i}`, toolName: "agents_list", content: [{ type: "text", text: "{}" }], isError: false, timestamp: 2 + i });
+    }
+    await h.app.transcripts.appendMessage(ref, { role: "assistant", content: [{ type: "text", text: "done" }], timestamp: 9 });
+    const result = await callViaGateway(h, "agent:main:ops", "sessions_history", { sessionKey: key, limit: 2 });
+    expect(result.messages.map((m: any) => [m.role, m.content[0].type])).toEqual([["assistant", "toolCall"], ["assistant", "text"]]);
+  });
+
+  it("limit is clamped at 1000 (the most the tool promises)", async () => {
+    const key = "agent:main:long";
+    const entry = await h.app.sessions.upsert(key, "main");
+    const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key };
+    for (let i = 0; i < 1100; i++) await h.app.transcripts.appendMessage(ref, { role: "user", content: `${i}`, timestamp: i });
+    const result = await callViaGateway(h, "agent:main:ops", "sessions_history", { sessionKey: key, limit: 5000 });
+    expect(result.messages).toHaveLength(1000);
+    expect(result.messages.at(-1).content).toBe("1099");
+  });
+
   it("R12 a sessionId resolves to its session key", async () => {
     const entry = h.app.sessions.require(GROUP);
     const result = await callViaGateway(h, "agent:main:ops", "sessions_history", { sessionKey: entry.sessionId });
