@@ -55,6 +55,19 @@ describe("kv store (keyv + SQLite, group-committed writes)", () => {
     expect(await kv.space<typeof value>("t").get("v")).toEqual(value);
   });
 
+  it("a value whose only keyv-escaped part is a ':'-string (no Buffer) reads back as written, through keyv and through entries() after a reopen", async () => {
+    const { kv, file, stateDir } = await open();
+    const value = { text: ":)", list: ["::double", "plain"] };
+    await kv.space<typeof value>("t").set("smile", value);
+    const keyv = new Keyv({ store: new KeyvSqlite({ uri: `sqlite://${file}`, table: "keyv" }), namespace: "t" });
+    cleanups.push(() => keyv.disconnect());
+    expect(await keyv.get("smile")).toEqual(value);
+    await kv.close();
+    const again = await openKvStore(`sqlite://${file}`, stateDir);
+    cleanups.push(() => again.close());
+    expect(await again.space<typeof value>("t").entries()).toEqual([["smile", value]]);
+  });
+
   it("any text survives the writer's batches: quotes, backslashes, escapes, emoji, control characters, keys with spaces", async () => {
     const { kv, file, stateDir } = await open();
     const space = kv.space<{ text: string }>("t");
@@ -95,5 +108,13 @@ describe("kv store (keyv + SQLite, group-committed writes)", () => {
       await write;
       expect(await kv.space<{ n: number }>("t").get(key)).toEqual({ n: 1 });
     } else await expect(write).rejects.toThrow(/key is not well-formed Unicode/);
+  });
+
+  it("a delete by a key with a lone surrogate is refused too: it would delete the row of the U+FFFD key SQLite turns it into", async () => {
+    const { kv } = await open();
+    const space = kv.space<{ n: number }>("t");
+    await space.set("k\ufffd", { n: 1 });
+    await expect(space.delete("k\ud800")).rejects.toThrow(/key is not well-formed Unicode/);
+    expect(await space.get("k\ufffd")).toEqual({ n: 1 });
   });
 });
