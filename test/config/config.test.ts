@@ -50,6 +50,11 @@ describe("config", () => {
     expect(c.channels.telegram?.botToken).toBe("123:abc");
   });
 
+  it("every ${ENV} placeholder of a string is substituted, not only the first", () => {
+    const c = parseConfig({ models: { providers: { local: { baseUrl: "http://${HOST}:${PORT}/v1", apiKey: "${KEY}-${KEY}" } } } }, "<t>", { HOST: "127.0.0.1", PORT: "8080", KEY: "k" });
+    expect(c.models.providers.local).toMatchObject({ baseUrl: "http://127.0.0.1:8080/v1", apiKey: "k-k" });
+  });
+
   it("the result is frozen so nothing mutates config at runtime", () => {
     const c = parseConfig({});
     expect(Object.isFrozen(c.session.sendPolicy)).toBe(true);
