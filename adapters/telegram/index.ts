@@ -61,6 +61,8 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
 
   let identity: BotIdentity | undefined;
   let booted = false;
+  /** Bumped by stop(), so a boot still awaiting Telegram can tell it was overtaken. */
+  let stopEpoch = 0;
   let poller: Poller | undefined;
   const health: ChannelHealth = { connected: false, lastInboundAt: null, lastError: null };
 
@@ -71,11 +73,17 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
   }
 
   async function boot(): Promise<void> {
+    // stop() may run while any of these awaits is pending: a boot it overtook must not mark the
+    // adapter connected nor keep calling Telegram for an adapter that is no longer running.
+    const epoch = stopEpoch;
+    const overtaken = (): boolean => epoch !== stopEpoch;
     const me = await bot.telegram.getMe();
+    if (overtaken()) return;
     identity = { id: me.id, username: me.username };
     health.connected = true;
     // A webhook left behind by another deployment makes every getUpdates fail with 409.
     await bot.telegram.deleteWebhook({ drop_pending_updates: false });
+    if (overtaken()) return;
     try {
       const outcome = await syncCommands({
         kv: ctx.kv,
@@ -86,8 +94,9 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
       log.debug({ outcome }, "telegram command menu");
     } catch (err) {
       // The menu is cosmetic: never block inbound on it. Not retried now; next start tries again.
-      log.warn({ err: recordError(err, "setMyCommands") }, "telegram command menu not registered");
+      if (!overtaken()) log.warn({ err: recordError(err, "setMyCommands") }, "telegram command menu not registered");
     }
+    if (overtaken()) return;
     booted = true;
     log.info({ bot: identity.username }, "telegram connected");
   }
@@ -146,6 +155,7 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
       try {
         await boot();
       } catch (err) {
+        if (poller !== p) return;
         if (apiFailureOf(err)?.error_code === 401) {
           if (poller === p) poller = undefined;
           recordError(err, "getMe");
@@ -160,6 +170,7 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
     async stop(): Promise<void> {
       const p = poller;
       poller = undefined;
+      stopEpoch++;
       booted = false;
       health.connected = false;
       if (p) await p.stop(options.stopGraceMs ?? 1000);

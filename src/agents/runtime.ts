@@ -332,7 +332,8 @@ const MAX_COMPLETIONS = 10_000;
 
 class RunTimeout extends Error {
   constructor(ms: number) {
-    super(`run timed out after ${Math.round(ms / 1000)} s`);
+    // Whole seconds read best; a fractional limit (runTimeoutSeconds 0.2) is not rounded to "0 s".
+    super(`run timed out after ${ms % 1000 === 0 ? `${ms / 1000} s` : `${ms} ms`}`);
   }
 }
 

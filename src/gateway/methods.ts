@@ -31,6 +31,8 @@ export interface TwoPhase {
 type Handler<M extends MethodName> = (params: MethodParams<M>, ctx: CallContext) => Promise<unknown | TwoPhase>;
 export type Handlers = { [M in MethodName]: Handler<M> };
 
+type ChatSendAnswer = { runId: string; status: "started" | "ok"; command?: true };
+
 const POLICY_BLOCKED = "send blocked by session policy";
 const DEFAULT_LIST_LIMIT = 200;
 
@@ -57,6 +59,8 @@ export function createHandlers(app: App, version: string): Handlers {
     const verdict = app.outbox.evaluate(key, entry?.channel ?? entry?.deliveryContext?.channel ?? entry?.lastChannel ?? channel ?? "webchat");
     if (verdict.decision === "deny") throw new GatewayError("INVALID_REQUEST", POLICY_BLOCKED, { reason: verdict.reason });
   };
+  /** chat.send answers not yet given, by idempotencyKey (see chat.send). */
+  const chatSending = new Map<string, Promise<ChatSendAnswer>>();
   const row = (key: string) => {
     const entry = sessions().require(key);
     return toSessionRow(entry, sessions().transcriptPath(entry), app.models.defaultRef(entry.agentId));
@@ -155,18 +159,35 @@ export function createHandlers(app: App, version: string): Handlers {
       const key = resolveKey(p.sessionKey);
       const agentId = agentOfKey(key);
       const runId = p.idempotencyKey;
+      // A retry racing its original: the run is not in the runtime until chatSend has stored the
+      // entry and the user message, so the key is held (below) from before the first await.
+      // An original that failed started nothing: then this one is a fresh attempt (unless another
+      // repeat has taken its place meanwhile).
+      for (let inFlight = chatSending.get(runId); inFlight; inFlight = chatSending.get(runId)) {
+        const first = await inFlight.catch(() => undefined);
+        if (first) return { ...first, cached: true };
+      }
       if (app.runtime.get(runId)) return { runId, status: "started", cached: true };
       // Owner commands run in a denied session too: `/send on` must be able to undo `/send off`.
       if (!parseCommand(p.message)) checkPolicy(key, "webchat");
-      const result = await app.router.chatSend({ sessionKey: key, agentId, text: p.message, runId });
-      if (result.kind === "command") {
-        ctx.broadcast("chat", { runId, sessionKey: displayKey(key), state: "final", message: { role: "assistant", content: [{ type: "text", text: result.reply }] } });
-        return { runId, status: "ok", command: true };
-      }
-      void result.done.then((outcome) => {
-        if (outcome.status !== "ok") ctx.broadcast("chat", { runId, sessionKey: displayKey(key), state: "error", errorMessage: outcome.error });
-      });
-      return { runId, status: "started" };
+      const answer = (async (): Promise<ChatSendAnswer> => {
+        const result = await app.router.chatSend({ sessionKey: key, agentId, text: p.message, runId });
+        if (result.kind === "command") {
+          ctx.broadcast("chat", { runId, sessionKey: displayKey(key), state: "final", message: { role: "assistant", content: [{ type: "text", text: result.reply }] } });
+          return { runId, status: "ok", command: true };
+        }
+        void result.done.then((outcome) => {
+          if (outcome.status !== "ok") ctx.broadcast("chat", { runId, sessionKey: displayKey(key), state: "error", errorMessage: outcome.error });
+        });
+        return { runId, status: "started" };
+      })();
+      chatSending.set(runId, answer);
+      // Once settled the runtime knows the run (or nothing started), so the entry can go.
+      void answer.then(
+        () => chatSending.delete(runId),
+        () => chatSending.delete(runId),
+      );
+      return answer;
     },
 
     async agent(p) {
