@@ -1,9 +1,9 @@
 /** Pure parts of the Discord adapter: error mapping, conversation mapping, command text. */
-import { ChannelType, DiscordAPIError, DiscordjsError, DiscordjsErrorCodes, HTTPError, RateLimitError } from "discord.js";
+import { ChannelType, Collection, DiscordAPIError, DiscordjsError, DiscordjsErrorCodes, HTTPError, type Message, MessageReferenceType, RateLimitError } from "discord.js";
 import { describe, expect, it } from "vitest";
 import { commandText, commandsHash, NATIVE_COMMANDS } from "../../adapters/discord/commands.js";
 import { redact, toPlatformError } from "../../adapters/discord/errors.js";
-import { mapConversation, stripBotMention } from "../../adapters/discord/map-message.js";
+import { mapConversation, mapMessage, stripBotMention } from "../../adapters/discord/map-message.js";
 import { PlatformError } from "../../src/channels/types.js";
 
 const URL_ = "https://discord.com/api/v10/channels/1/messages";
@@ -52,6 +52,18 @@ describe("toPlatformError", () => {
     expect(toPlatformError(err)).toMatchObject({ code: "rate_limited", retryAfterMs: 60_050, retryable: true });
   });
 
+  it("a DiscordAPIError 429's retry_after (seconds, fractional) becomes retryAfterMs in milliseconds", () => {
+    // Discord's 429 body; discord.js's error-data type does not declare retry_after.
+    const body = { code: 0, message: "You are being rate limited.", retry_after: 2.5, global: false };
+    const err = new DiscordAPIError(body, 0, 429, "POST", URL_, { body: {} });
+    expect(toPlatformError(err)).toMatchObject({ code: "rate_limited", retryAfterMs: 2500, retryable: true });
+  });
+
+  it("a Discord API 500 is a retryable transport failure, not a permanent invalid request", () => {
+    // The outbox gives up on "invalid"; a Discord-side outage must be retried instead.
+    expect(toPlatformError(apiError(500, 0, "Internal Server Error"))).toMatchObject({ code: "transport", retryable: true });
+  });
+
   it("keeps Discord's code and route in the message and never the token", () => {
     const err = new DiscordAPIError({ code: 50001, message: "Missing Access for secret-tok" }, 50001, 403, "POST", URL_, { body: {} });
     const mapped = toPlatformError(err, "secret-tok");
@@ -90,6 +102,41 @@ describe("mapConversation", () => {
 
   it.each([ChannelType.GroupDM, ChannelType.GuildCategory, ChannelType.GuildForum])("type %s is not a conversation", (type) => {
     expect(mapConversation({ id: "x", type }, user)).toBeNull();
+  });
+});
+
+describe("mapMessage mentions", () => {
+  const self = { botId: "7", botName: "switchboard", accountId: "default" };
+  /** Only the fields mapMessage reads; a guild text channel message from user 42 that lists the bot in mentions. */
+  function guildMessage(extra: Record<string, unknown> = {}): Message {
+    return {
+      id: "900",
+      author: { id: "42", bot: false, displayName: "Alice" },
+      system: false,
+      webhookId: null,
+      channel: { id: "c1", type: ChannelType.GuildText, name: "general", isThread: () => false },
+      content: "<@7> summarise this",
+      attachments: new Collection(),
+      mentions: { users: new Collection([["7", { id: "7" }]]), repliedUser: null },
+      member: null,
+      createdTimestamp: 1_700_000_000_000,
+      reference: null,
+      messageSnapshots: new Collection(),
+      ...extra,
+    } as unknown as Message;
+  }
+
+  it("a message mentioning the bot is a mention", () => {
+    expect(mapMessage(guildMessage(), self)?.wasMentioned).toBe(true);
+  });
+
+  it("a forward (message snapshot) that mentions the bot is not a mention: it carries someone else's mentions", () => {
+    const forward = guildMessage({
+      content: "",
+      reference: { type: MessageReferenceType.Forward, messageId: "800", channelId: "c2" },
+      messageSnapshots: new Collection([["800", { content: "<@7> summarise this" }]]),
+    });
+    expect(mapMessage(forward, self)).toMatchObject({ forwarded: true, wasMentioned: false, text: "summarise this" });
   });
 });
 

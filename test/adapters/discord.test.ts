@@ -282,6 +282,22 @@ describe("discord adapter: send", () => {
     expect(h.fake.callsTo("POST /channels/:id/typing").map((c) => c.params.id)).toEqual([h.fake.ids.thread]);
   });
 
+  it("a target threadId sends into the thread's channel, not the parent channel in `to`", async () => {
+    const h = await started();
+    await h.adapter.send(target(h.fake.ids.general, { threadId: h.fake.ids.thread }), "in the thread");
+    expect(h.fake.callsTo(MESSAGES).map((c) => c.params.id)).toEqual([h.fake.ids.thread]);
+    expect(h.fake.sent(h.fake.ids.thread).map((m) => m.content)).toEqual(["in the thread"]);
+    expect(h.fake.sent(h.fake.ids.general)).toHaveLength(0);
+  });
+
+  it("a reply to a message deleted meanwhile still posts: message_reference has fail_if_not_exists false", async () => {
+    const h = await started();
+    const gone = "1000000000000000001"; // never existed in the fake, as if deleted before the reply
+    const receipt = await h.adapter.send(target(h.fake.ids.general, { replyToMessageId: gone }), "late answer");
+    expect(h.fake.callsTo(MESSAGES)[0]!.body).toMatchObject({ message_reference: { message_id: gone, fail_if_not_exists: false } });
+    expect(h.fake.sent(h.fake.ids.general).map((m) => [m.id, m.content])).toEqual([[receipt.messageId, "late answer"]]);
+  });
+
   it("maps refusals to PlatformError codes: 403 forbidden, unknown channel not_found, bad body invalid", async () => {
     const h = await started();
     h.fake.failNext(MESSAGES, { status: 403, body: { message: "Missing Access", code: 50001 } });
@@ -395,6 +411,28 @@ describe("discord adapter: reconnect", () => {
     expect(h.fake.framesWithOp(6)).toHaveLength(1);
     expect(h.fake.framesWithOp(2)).toHaveLength(1);
     await vi.waitFor(() => expect(h.adapter.health().connected).toBe(true), waitOpts);
+  });
+});
+
+describe("discord adapter: gateway loss", () => {
+  it("a gateway close it will not reconnect from (4014) leaves it disconnected, with the close reported and in lastError", async () => {
+    const fake = await startFake();
+    const warnings: Array<{ msg: string; err?: string }> = [];
+    const adapter = createDiscordAdapter(discordConfig(fake), {
+      kv: memoryKv(),
+      log: pino({ level: "warn" }, { write: (line: string) => void warnings.push(JSON.parse(line)) }),
+      onInbound: async () => {},
+    });
+    cleanups.push(() => adapter.stop());
+    await adapter.start();
+    expect(adapter.health().connected).toBe(true);
+    fake.dropConnections(4014, "Disallowed intent(s).");
+    // @discordjs/ws reports the close (ShardDisconnect) and then a ShardError for the same close,
+    // so lastError ends on the error's text; the close itself is only visible in the log.
+    await vi.waitFor(() => expect(warnings.map((w) => w.msg)).toContain("discord: disconnected"), waitOpts);
+    expect(warnings.find((w) => w.msg === "discord: disconnected")?.err).toBe("gateway closed with 4014, not reconnecting");
+    expect(adapter.health().connected).toBe(false);
+    expect(adapter.health().lastError).toMatch(/disallowed intents|4014/);
   });
 });
 

@@ -104,6 +104,8 @@ describe("telegram mapUpdate: mentions", () => {
     },
     { name: "M11 mention inside a caption (caption_entities)", message: msg(group, { text: undefined, caption: "@SwitchboardTestBot see", caption_entities: [{ type: "mention", offset: 0, length: 19 }] }), mentioned: true },
     { name: "M12 a command addressed to us (/status@OurBot) counts as a mention", message: msg(group, { text: "/status@SwitchboardTestBot" }), mentioned: true },
+    // Users without a @handle are mentioned by id (text_mention): only our own id is us.
+    { name: "M13 text_mention of another user (alice) is not a mention of us", message: msg(group, { text: "Alice look", entities: [{ type: "text_mention", offset: 0, length: 5, user: alice }] }), mentioned: false },
   ];
   it.each(cases)("$name", ({ message, mentioned }) => {
     expect(mapped(upd(message)).wasMentioned).toBe(mentioned);

@@ -4,6 +4,9 @@ import { backoffDelay, DEFAULT_BACKOFF, retryDelay } from "../../adapters/telegr
 import { commandsHash, DEFAULT_COMMANDS, syncCommands } from "../../adapters/telegram/commands.js";
 import { classify, describeError, redactToken, toPlatformError } from "../../adapters/telegram/errors.js";
 import { chatActionParams, rateLimitsFor, replyMessageId, sendMessageParams } from "../../adapters/telegram/outbound.js";
+import { type PollPhase, Poller } from "../../adapters/telegram/poller.js";
+import type { TgUpdate } from "../../adapters/telegram/wire.js";
+import { waitFor } from "../fakes/telegram-bot-api.js";
 
 const TOKEN = "123456789:AAF-secret_Token";
 /** What telegraf throws for an `ok:false` answer. */
@@ -117,5 +120,54 @@ describe("telegram command menu sync", () => {
     expect(DEFAULT_COMMANDS.map((c) => c.command)).toEqual(["send", "status", "sid", "new", "reset", "stop", "help"]);
     expect(DEFAULT_COMMANDS.every((c) => /^[a-z0-9_]{1,32}$/.test(c.command) && c.description.length <= 256)).toBe(true);
     expect(commandsHash(DEFAULT_COMMANDS)).toBe(commandsHash(DEFAULT_COMMANDS.map((c) => ({ ...c }))));
+  });
+});
+
+describe("telegram poller retry schedule", () => {
+  type Outcome = "ok" | "fail";
+  /**
+   * Drives a Poller with scripted getUpdates / handle outcomes and records the retry delay of
+   * every failure as the poller reports it (no wall clock involved). Once the script runs out,
+   * getUpdates parks like a long poll until stop().
+   */
+  async function run(script: { polls: Outcome[]; handles?: Outcome[]; failures: number }) {
+    const polls = [...script.polls];
+    const handles = [...(script.handles ?? [])];
+    const retries: { phase: PollPhase; retryInMs: number }[] = [];
+    const kv = new Map<string, unknown>();
+    let nextId = 1;
+    const poller = new Poller({
+      prepare: async () => {},
+      getUpdates: (_params, signal) => {
+        const outcome = polls.shift();
+        if (outcome === "fail") return Promise.reject(apiError(500, "Internal Server Error"));
+        if (outcome === "ok") return Promise.resolve(script.handles ? [{ update_id: nextId++ } as TgUpdate] : []);
+        return new Promise((resolve) => signal.addEventListener("abort", () => resolve([]), { once: true }));
+      },
+      handle: async () => {
+        if (handles.shift() === "fail") throw new Error("store unavailable");
+      },
+      kv: { get: async <T>(k: string) => kv.get(k) as T | undefined, set: async <T>(k: string, v: T) => void kv.set(k, v), delete: async (k: string) => void kv.delete(k) },
+      offsetKey: "offset",
+      timeoutSeconds: 30,
+      allowedUpdates: ["message"],
+      backoff: { initialMs: 5, maxMs: 1000, factor: 2, jitter: 0 },
+      onPollOk: () => {},
+      onError: (_err, phase, retryInMs) => void retries.push({ phase, retryInMs }),
+    });
+    poller.start();
+    await waitFor(() => retries.length === script.failures, 5000, `${script.failures} failures reported`);
+    await poller.stop(1000);
+    return retries;
+  }
+
+  it("P1 a successful poll resets the getUpdates backoff: 3 failures, a success, a failure → the initial delay again", async () => {
+    const retries = await run({ polls: ["fail", "fail", "fail", "ok", "fail"], failures: 4 });
+    expect(retries).toEqual([5, 10, 20, 5].map((retryInMs) => ({ phase: "poll", retryInMs })));
+  });
+
+  it("P2 an accepted batch resets the onInbound-rejection backoff: 3 rejections, an acceptance, a rejection → the initial delay again", async () => {
+    const retries = await run({ polls: ["ok", "ok", "ok", "ok", "ok"], handles: ["fail", "fail", "fail", "ok", "fail"], failures: 4 });
+    expect(retries).toEqual([5, 10, 20, 5].map((retryInMs) => ({ phase: "handle", retryInMs })));
   });
 });

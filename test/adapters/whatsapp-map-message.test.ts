@@ -87,6 +87,18 @@ describe("mapInbound edge cases", () => {
     expect(await mapInbound(dm({ key: { remoteJid: "1234@broadcast", id: "B", participant: "15551234567@s.whatsapp.net" } }), ctx)).toBeNull();
   });
 
+  it("a group message quoting the bot counts as a mention even when the quoted id is not one we remember sending (e.g. sent before a restart)", async () => {
+    const quoting = (participant: string): WAMessage =>
+      dm({
+        key: { remoteJid: "120363000000000001@g.us", id: "G2", fromMe: false, participant: "15551234567@s.whatsapp.net" },
+        message: { extendedTextMessage: { text: "and then?", contextInfo: { stanzaId: "SENT-BEFORE-RESTART", participant } } },
+      });
+    // The quote names its author; that it is us is what counts, not our (lost) list of sent ids.
+    expect((await mapInbound(quoting("15550000001@s.whatsapp.net"), ctx))?.wasMentioned).toBe(true);
+    expect((await mapInbound(quoting("90000000000001@lid"), ctx))?.wasMentioned).toBe(true);
+    expect((await mapInbound(quoting("15559999999@s.whatsapp.net"), ctx))?.wasMentioned).toBe(false);
+  });
+
   it("a DM quoting one of our message ids counts as a mention", async () => {
     const reply = await mapInbound(dm({ message: { extendedTextMessage: { text: "yes", contextInfo: { stanzaId: "OURS" } } } }), ctx);
     expect(reply?.wasMentioned).toBe(true);

@@ -943,7 +943,7 @@ export class FakeDiscord {
   private createMessage(call: RestCall): RestReply & { after?: () => void } {
     const channel = this.channels.get(call.params.id!);
     if (!channel) return apiError(404, 10003, "Unknown Channel");
-    const b = (call.body ?? {}) as { content?: unknown; nonce?: string | number; enforce_nonce?: boolean; message_reference?: { message_id?: string } };
+    const b = (call.body ?? {}) as { content?: unknown; nonce?: string | number; enforce_nonce?: boolean; message_reference?: { message_id?: string; fail_if_not_exists?: boolean } };
     const content = typeof b.content === "string" ? b.content : "";
     if (content.length > 2000) {
       return apiError(400, 50035, "Invalid Form Body", { errors: { content: { _errors: [{ code: "BASE_TYPE_MAX_LENGTH", message: "Must be 2000 or fewer in length." }] } } });
@@ -952,7 +952,9 @@ export class FakeDiscord {
     const nonceKey = b.enforce_nonce && b.nonce !== undefined ? `${channel.id}:${b.nonce}` : null;
     const prior = nonceKey ? this.nonces.get(nonceKey) : undefined;
     if (prior) return { status: 200, body: prior };
-    const replyTo = b.message_reference?.message_id;
+    let replyTo = b.message_reference?.message_id;
+    // Discord posts a reply to a missing message as a plain message when fail_if_not_exists is false.
+    if (replyTo && !this.messages.has(replyTo) && b.message_reference?.fail_if_not_exists === false) replyTo = undefined;
     if (replyTo && !this.messages.has(replyTo)) return apiError(400, 50035, "Invalid Form Body", { errors: { message_reference: { _errors: [{ code: "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", message: "Unknown message" }] } } });
     const msg = this.buildMessage(channel, this.user(this.ids.bot), { content, replyTo, replyPing: false, nonce: b.nonce });
     this.posted.push(msg);

@@ -371,3 +371,154 @@ describe("archived sub-agent sessions", () => {
     expect((await c.request("sessions.list", { includeArchived: true })).sessions.map((s: { key: string }) => s.key)).toEqual(["agent:main:subagent:abc"]);
   });
 });
+
+/** A model reply held until the test releases it: a slow model without asserting on time. */
+function gate(): { release: () => void; opened: Promise<void> } {
+  let release!: () => void;
+  const opened = new Promise<void>((r) => (release = r));
+  return { release, opened };
+}
+
+describe("gateway idempotency, events and limits", () => {
+  it("interfaces §3 chat.send: a retry racing its own original (same idempotencyKey) starts one run and records the message once", async () => {
+    h = await startHarness();
+    const a = await h.client();
+    const b = await h.client();
+    // Neither request is awaited before the other is sent: the retry reaches the server while the
+    // original is still storing the session entry and the user message.
+    const answers = await Promise.all([
+      a.request("chat.send", { sessionKey: "main", message: "hey", idempotencyKey: "race" }),
+      b.request("chat.send", { sessionKey: "main", message: "hey", idempotencyKey: "race" }),
+    ]);
+    expect(await a.request("agent.wait", { runId: "race", timeoutMs: 5000 })).toMatchObject({ status: "ok" });
+    const history = await a.request("chat.history", { sessionKey: "main" });
+    expect(history.messages.map((m: any) => m.role)).toEqual(["user", "assistant"]);
+    expect(h.model.requests).toHaveLength(1);
+    // Which connection's frame the server read first is not fixed; exactly one is the repeat.
+    expect(answers).toEqual(expect.arrayContaining([{ runId: "race", status: "started" }, { runId: "race", status: "started", cached: true }]));
+  });
+
+  it("interfaces §3 chat.send repeated on a new connection after the first answer starts no second run (answered cached)", async () => {
+    h = await startHarness();
+    const a = await h.client();
+    expect(await a.request("chat.send", { sessionKey: "main", message: "hey", idempotencyKey: "again" })).toEqual({ runId: "again", status: "started" });
+    await a.request("agent.wait", { runId: "again", timeoutMs: 5000 });
+    a.close();
+    const b = await h.client();
+    expect(await b.request("chat.send", { sessionKey: "main", message: "hey", idempotencyKey: "again" })).toEqual({ runId: "again", status: "started", cached: true });
+    expect(h.model.requests).toHaveLength(1);
+    expect((await b.request("chat.history", { sessionKey: "main" })).messages.map((m: any) => m.role)).toEqual(["user", "assistant"]);
+  });
+
+  it("interfaces §3 event seq counts per connection: each client sees 1, 2, 3… on its own events", async () => {
+    h = await startHarness();
+    const sockets = [await rawSocket(h.url), await rawSocket(h.url)];
+    for (const s of sockets) {
+      await s.next();
+      s.ws.send(connectFrame({ auth: {} }));
+      expect(await s.next()).toMatchObject({ id: "c", ok: true });
+    }
+    const c = await h.client();
+    await c.request("agent", { message: "hi", idempotencyKey: "seq" }, { expectFinal: true });
+    await c.request("chat.send", { sessionKey: "main", message: "hi", idempotencyKey: "seq-chat" });
+    await c.request("agent.wait", { runId: "seq-chat", timeoutMs: 5000 });
+    for (const s of sockets) {
+      // Every event frame the run broadcast; both sockets get the same ones, so with a counter
+      // shared between connections each would see only every other number.
+      await vi.waitFor(() => expect(s.frames.filter((f) => f.type === "event" && f.event === "chat")).toHaveLength(1));
+      const seqs = s.frames.filter((f) => f.type === "event").map((f) => f.seq);
+      expect(seqs.length).toBeGreaterThan(3);
+      expect(seqs).toEqual(seqs.map((_, i) => i + 1));
+      s.ws.close();
+    }
+  });
+
+  it("interfaces §3 maxPayload: a frame of exactly maxPayload bytes is served, one byte more is refused as too large", async () => {
+    h = await startHarness({ config: { gateway: { maxPayload: 512 } } });
+    const s = await rawSocket(h.url);
+    await s.next();
+    s.ws.send(connectFrame({ auth: {} }));
+    await s.next();
+    // JSON allows whitespace before the closing brace, so padding changes the size and nothing else.
+    const frame = (id: string, bytes: number) => {
+      const head = JSON.stringify({ type: "req", id, method: "health", params: {} }).slice(0, -1);
+      return `${head}${" ".repeat(bytes - Buffer.byteLength(head) - 1)}}`;
+    };
+    expect(Buffer.byteLength(frame("at", 512))).toBe(512);
+    s.ws.send(frame("at", 512));
+    expect(await s.next()).toMatchObject({ id: "at", ok: true, payload: { ok: true } });
+    s.ws.send(frame("over", 513));
+    expect(await s.next()).toMatchObject({ id: "over", ok: false, error: { code: "INVALID_REQUEST", message: "frame too large: 513 bytes (maxPayload 512)" } });
+    s.ws.close();
+  });
+
+  it("sessions.resolve by a label two sessions share is INVALID_REQUEST naming both, not one of them", async () => {
+    h = await startHarness();
+    // sessions.patch refuses a second holder of a label, but entries written elsewhere (tools,
+    // older state) can still share one; resolve must not pick one silently.
+    await h.app.sessions.upsert("agent:main:telegram:group:-11", "main", { label: "twin" });
+    await h.app.sessions.upsert("agent:main:telegram:group:-12", "main", { label: "twin" });
+    const c = await h.client();
+    await expect(c.request("sessions.resolve", { label: "twin" })).rejects.toMatchObject({
+      code: "INVALID_REQUEST",
+      message: expect.stringMatching(/^multiple sessions found with label: twin \(.*agent:main:telegram:group:-11.*\)$/),
+    });
+    await expect(c.request("sessions.resolve", { label: "twin" })).rejects.toMatchObject({ message: expect.stringContaining("agent:main:telegram:group:-12") });
+  });
+
+  it("interfaces §3 events go to operators only: a node connection receives no chat or agent event from an operator's chat.send", async () => {
+    h = await startHarness();
+    const node = await h.client({ role: "node", nodeId: "n1" });
+    const nodeEvents: string[] = [];
+    node.on("event", (name) => nodeEvents.push(name));
+    const op = await h.client();
+    const opEvents: string[] = [];
+    op.on("event", (name) => opEvents.push(name));
+    await op.request("chat.send", { sessionKey: "main", message: "hi", idempotencyKey: "op-chat" });
+    await vi.waitFor(() => expect(opEvents).toContain("chat"));
+    // The broadcast wrote to every socket before the operator got its copy; a reply on the node's
+    // socket, requested only now, comes after anything broadcast to it.
+    await expect(node.request("health", {})).rejects.toMatchObject({ code: "FORBIDDEN" });
+    expect(opEvents).toEqual(expect.arrayContaining(["agent", "chat"]));
+    expect(nodeEvents).toEqual([]);
+  });
+
+  it("R18 agent.wait without timeoutMs waits (default 30 s) for a run still going, and answers ok when it ends", async () => {
+    const g = gate();
+    h = await startHarness({ responder: async () => (await g.opened, { content: "slow" }) });
+    const c = await h.client();
+    expect(await c.request("agent", { message: "go", idempotencyKey: "slow" })).toMatchObject({ status: "accepted" });
+    const waited = c.request("agent.wait", { runId: "slow" });
+    // Answered after the first wait is registered (same socket, in order), and while the model is held.
+    expect(await c.request("agent.wait", { runId: "slow", timeoutMs: 0 })).toEqual({ runId: "slow", status: "timeout" });
+    g.release();
+    expect(await waited).toMatchObject({ runId: "slow", status: "ok" });
+  });
+
+  it("interfaces §3 agent whose run exceeds its timeout ends with AGENT_TIMEOUT, not UNAVAILABLE", async () => {
+    const g = gate();
+    h = await startHarness({ responder: async () => (await g.opened, { content: "too late" }) });
+    const c = await h.client();
+    try {
+      await expect(c.request("agent", { message: "go", idempotencyKey: "late", timeout: 0.2 }, { expectFinal: true })).rejects.toMatchObject({ code: "AGENT_TIMEOUT", payload: { runId: "late", status: "timeout" } });
+    } finally {
+      g.release();
+    }
+  });
+
+  it("R8 sessions.list with messageLimit leaves tool results out of a row's messages", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("agent", { message: "hi", idempotencyKey: "r8" }, { expectFinal: true });
+    const entry = h.app.sessions.require("agent:main:main");
+    const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+    await h.app.transcripts.appendMessage(ref, { role: "toolResult", toolCallId: "call_1", toolName: "sessions_list", content: [{ type: "text", text: "secret tool output" }], isError: false, timestamp: Date.now() });
+    await h.app.transcripts.appendMessage(ref, { role: "assistant", content: [{ type: "text", text: "done" }], timestamp: Date.now() } as any);
+    const list = await c.request("sessions.list", { messageLimit: 5 });
+    const row = list.sessions.find((s: any) => s.key === "agent:main:main");
+    expect(row.messages.map((m: any) => m.role)).toEqual(["user", "assistant", "assistant"]);
+    expect(JSON.stringify(row.messages)).not.toContain("secret tool output");
+    // The tool result is in the transcript: the filter, not a missing write, kept it out.
+    expect((await c.request("chat.history", { sessionKey: "main" })).messages.map((m: any) => m.role)).toContain("toolResult");
+  });
+});
