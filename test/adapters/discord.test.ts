@@ -327,9 +327,8 @@ describe("discord adapter: send", () => {
   it("a long 429 comes back at once as rate_limited with retryAfterMs, for the outbox to schedule", async () => {
     const h = await started();
     h.fake.failNext(MESSAGES, FakeDiscord.rateLimitReply(60));
-    const t0 = Date.now();
+    // A minute's wait, beyond the test's timeout: the send must hand it back, not sit it out.
     const err = await h.adapter.send(target(h.fake.ids.general), "later").catch((e: unknown) => e);
-    expect(Date.now() - t0).toBeLessThan(2000);
     expect(err).toMatchObject({ name: "PlatformError", code: "rate_limited", retryable: true });
     expect((err as PlatformError).retryAfterMs).toBeGreaterThanOrEqual(60_000);
     expect(h.fake.sent()).toHaveLength(0);

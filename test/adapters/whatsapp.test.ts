@@ -330,9 +330,8 @@ describe("whatsapp adapter: connection lifecycle", () => {
     const first = wa.current;
     wa.drop(408);
     await waitFor(() => !adapter.health().connected, "disconnected");
-    const started = Date.now();
+    // The reconnect's sleep never ends: stop() returns only if it cancels the reconnect.
     await adapter.stop();
-    expect(Date.now() - started).toBeLessThan(500);
     await settle();
     expect(wa.factoryCallCount).toBe(1);
     expect(first.ended).toBe(true);

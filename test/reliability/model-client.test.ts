@@ -55,12 +55,11 @@ describe("model client robustness", () => {
   });
 
   it("model-client: an abort ends the call at once, also during a retry wait", async () => {
-    const { baseUrl } = await fake(() => ({ content: "late", delayMs: 10_000 }));
+    // An answer a minute away: a call that waited for it instead would outlast the test's timeout.
+    const { baseUrl } = await fake(() => ({ content: "late", delayMs: 60_000 }));
     const ac = new AbortController();
     setTimeout(() => ac.abort(new Error("stop")), 50);
-    const t = Date.now();
     await expect(ask(baseUrl, {}, ac.signal)).rejects.toThrow("stop");
-    expect(Date.now() - t).toBeLessThan(5000);
   });
 
   it("model-client: a server that never answers times out", async () => {
