@@ -7,6 +7,7 @@ import JSON5 from "json5";
 import { z } from "zod";
 import { ConfigSchema, type Config } from "./schema.js";
 import { deepFreeze } from "../util/freeze.js";
+import { safeParse } from "../util/safe-parse.js";
 
 export class ConfigError extends Error {
   constructor(
@@ -35,7 +36,7 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.en
 }
 
 export function parseConfig(raw: unknown, file = "<config>", env: NodeJS.ProcessEnv = process.env): Config {
-  const parsed = ConfigSchema.safeParse(substituteEnv(raw, env));
+  const parsed = safeParse(ConfigSchema, substituteEnv(raw, env));
   if (!parsed.success) throw new ConfigError(file, formatIssues(parsed.error));
   return deepFreeze(applyEnvDefaults(parsed.data as Config, env));
 }

@@ -24,6 +24,7 @@ import {
   type MethodName,
   type ResponseFrame,
 } from "./protocol.js";
+import { safeParse } from "../util/safe-parse.js";
 
 export type HttpRoute = (req: http.IncomingMessage, res: http.ServerResponse, url: URL) => Promise<void> | void;
 
@@ -141,7 +142,7 @@ export class Gateway {
     } catch (err) {
       return this.sendError(conn, guessId(data), { code: "INVALID_REQUEST", message: `invalid JSON: ${(err as Error).message}` }, conn.state === "handshake");
     }
-    const parsed = RequestFrame.safeParse(raw);
+    const parsed = safeParse(RequestFrame, raw);
     if (!parsed.success) {
       const id = typeof (raw as { id?: unknown })?.id === "string" ? (raw as { id: string }).id : null;
       return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `invalid frame: ${describeZodError(parsed.error)}` }, conn.state === "handshake");
@@ -158,7 +159,7 @@ export class Gateway {
 
   private handshake(conn: Connection, id: string, method: string, params: unknown): void {
     if (method !== "connect") return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `first frame must be a "connect" request, got "${method}"` }, true);
-    const parsed = ConnectParams.safeParse(params ?? {});
+    const parsed = safeParse(ConnectParams, params ?? {});
     if (!parsed.success) return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `invalid connect params: ${describeZodError(parsed.error)}` }, true);
     const p = parsed.data;
     const protocol = [...PROTOCOL_VERSIONS].reverse().find((v) => v >= p.minProtocol && v <= p.maxProtocol);
@@ -200,7 +201,7 @@ export class Gateway {
       const missing = needed === "node" ? "role:node" : needed;
       return this.sendError(conn, id, { code: "FORBIDDEN", message: `${method} requires ${missing}`, details: { missingScope: missing } });
     }
-    const parsed = Params[name].safeParse(params ?? {});
+    const parsed = safeParse(Params[name], params ?? {});
     if (!parsed.success) return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `invalid ${method} params: ${describeZodError(parsed.error)}` });
     const ctx: CallContext = { connId: conn.connId, role: conn.role, nodeId: conn.nodeId, broadcast: (event, payload) => this.broadcast(event, payload) };
     try {

@@ -27,6 +27,7 @@ import { executeCommand, type CommandDeps } from "./commands.js";
 import { isOwner } from "./owners.js";
 import { resolveRoute, type Route } from "./route.js";
 import { BoundedMap } from "../util/bounded-map.js";
+import { safeParse } from "../util/safe-parse.js";
 
 interface InboundRecord {
   id: string;
@@ -171,7 +172,7 @@ export class InboundRouter {
    * so an adapter may accept a whole batch concurrently (one group commit) and keep its order.
    */
   async accept(input: InboundMessage): Promise<AcceptOutcome> {
-    const parsed = InboundMessageSchema.safeParse(input);
+    const parsed = safeParse(InboundMessageSchema, input);
     if (!parsed.success) {
       const error = `invalid inbound message: ${parsed.error.issues.map((i) => `${i.path.join(".") || "message"}: ${i.message}`).join("; ")}`;
       this.deps.log.warn({ err: error }, "inbound message rejected");

@@ -18,6 +18,7 @@ import { replyText } from "../inbound/router.js";
 import { normalizeDeliveryContext } from "../sessions/entry.js";
 import { agentIdFromKey, displayKey, hookSessionKey, normalizeAgentId, RESERVED_KEYS } from "../sessions/keys.js";
 import { deliveryContextOf, outboundTargetOf } from "../tools/delivery-route.js";
+import { safeParse } from "../util/safe-parse.js";
 
 export const HOOKS_PATH = "/hooks/agent";
 const MAX_BODY_BYTES = 256 * 1024;
@@ -71,7 +72,7 @@ async function handle(app: App, req: http.IncomingMessage, log: pino.Logger): Pr
     if (err instanceof HttpProblem) throw err;
     throw new HttpProblem(400, `invalid JSON body: ${(err as Error).message}`);
   }
-  const parsed = HookBody.safeParse(raw);
+  const parsed = safeParse(HookBody, raw);
   if (!parsed.success) throw new HttpProblem(400, `invalid hook body: ${describeZodError(parsed.error)}`);
   const p = parsed.data;
 

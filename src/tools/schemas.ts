@@ -7,6 +7,7 @@ import { z } from "zod";
 import type { AgentTool, ToolContext } from "./types.js";
 import { SESSION_KINDS } from "../sessions/keys.js";
 import { deepFreeze } from "../util/freeze.js";
+import { safeParse } from "../util/safe-parse.js";
 
 /** A required string whose message names the field whether it is missing or blank. */
 function requiredString(field: string, description: string) {
@@ -82,7 +83,7 @@ export type Parsed<T> = { ok: true; value: T } | { ok: false; error: string };
 
 /** Validates tool arguments; the error lists each problem, naming its field. */
 export function parseArgs<T>(schema: z.ZodType<T>, args: unknown): Parsed<T> {
-  const result = schema.safeParse(args ?? {});
+  const result = safeParse(schema, args ?? {});
   if (result.success) return { ok: true, value: result.data };
   const messages = result.error.issues.map((issue) => {
     const field = issue.path.join(".");

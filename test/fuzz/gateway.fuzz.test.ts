@@ -337,6 +337,22 @@ describe("gateway under hostile frames", () => {
     );
   }, 120_000);
 
+  it("a value zod's own check throws on (a `length` that cannot become a number) is an INVALID_REQUEST naming why, in a frame's params, a connect's params and the frame itself; the connection stays up", async () => {
+    const hostile = { length: { valueOf: 1, toString: 1 } };
+    const gw = await RawGateway.open(h.url);
+    gw.send(JSON.stringify({ type: "req", id: "c", method: "connect", params: { minProtocol: 3, maxProtocol: 4, client: { id: hostile, version: "1", platform: "p", mode: "m" } } }));
+    expect(await gw.response("c", 5000)).toMatchObject({ ok: false, error: { code: "INVALID_REQUEST", message: expect.stringMatching(/could not be checked/) } });
+    const ready = await RawGateway.open(h.url);
+    expect((await ready.handshake(TOKEN)).ok).toBe(true);
+    ready.send(JSON.stringify({ type: "req", id: "p", method: "sessions.patch", params: { key: hostile } }));
+    expect(await ready.response("p", 5000)).toMatchObject({ ok: false, error: { code: "INVALID_REQUEST", message: expect.stringMatching(/could not be checked/) } });
+    ready.send(JSON.stringify({ type: "req", id: hostile, method: "health", params: {} }));
+    expect(await ready.response(null, 5000)).toMatchObject({ ok: false, error: { code: "INVALID_REQUEST" } });
+    ready.send(JSON.stringify({ type: "req", id: "h", method: "health", params: {} }));
+    expect((await ready.response("h", 5000)).ok).toBe(true);
+    ready.close();
+  });
+
   it("fuzz: after the hostile traffic every session entry in the store is well-formed (labels included: not blank, at most 64 characters)", async () => {
     await h.app.router.idle();
     await h.app.sessions.flush();

@@ -16,6 +16,7 @@ import sqlite3 from "sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { InboundMessageSchema, type AcceptOutcome } from "../../src/inbound/router.js";
+import { safeParse } from "../../src/util/safe-parse.js";
 import { deserializeKeyv } from "../../src/store/kv.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
 import { FUZZ_SEED, hostileString, hostileValue, mostly } from "../helpers/hostile.js";
@@ -201,7 +202,7 @@ describe("router.accept under hostile inbound messages", () => {
         const out: AcceptOutcome = await bounded(h.app.router.accept(input as never), `accept(${JSON.stringify(input)?.slice(0, 200)})`);
         outcomes.set(out.status, (outcomes.get(out.status) ?? 0) + 1);
         if (!["accepted", "duplicate", "rejected"].includes(out.status)) throw new Error(`unexpected outcome ${JSON.stringify(out)}`);
-        const valid = InboundMessageSchema.safeParse(input).success;
+        const valid = safeParse(InboundMessageSchema, input).success;
         // The router's own schema decides `valid`; this rule does not lean on it.
         const fields = input !== null && typeof input === "object" ? (input as Record<string, unknown>) : undefined;
         if (out.status === "accepted" && fields) accepted.set(inboundId(fields), fields);
@@ -292,7 +293,7 @@ describe("router.accept under hostile inbound messages", () => {
       const rec = r as { id?: unknown; state?: unknown; receivedAt?: unknown; msg?: unknown };
       if (typeof rec.id !== "string" || typeof rec.receivedAt !== "number") return true;
       if (rec.state === "done") return false;
-      return !InboundMessageSchema.safeParse(rec.msg).success;
+      return !safeParse(InboundMessageSchema, rec.msg).success;
     });
     expect(bad).toEqual([]);
     expect(inbound.filter(([, r]) => (r as { state: string }).state !== "done").map(([k]) => k)).toEqual([]);
