@@ -156,6 +156,9 @@ describe("sessions_history", () => {
       await h.app.transcripts.appendMessage(ref, { role: "assistant", content: [{ type: "toolCall", id: `c${i}`, name: "agents_list", arguments: {} }], timestamp: 2 + i });
       await h.app.transcripts.appendMessage(ref, { role: "toolResult", toolCallId: `c${i}`, toolName: "agents_list", content: [{ type: "text", text: "{}" }], isError: false, timestamp: 2 + i });
     }
+    // One assistant turn with twelve tool calls answered: twelve tool results before "done".
+    await h.app.transcripts.appendMessage(ref, { role: "assistant", content: Array.from({ length: 12 }, (_, i) => ({ type: "toolCall" as const, id: `p${i}`, name: "agents_list", arguments: {} })), timestamp: 8 });
+    for (let i = 0; i < 12; i++) await h.app.transcripts.appendMessage(ref, { role: "toolResult", toolCallId: `p${i}`, toolName: "agents_list", content: [{ type: "text", text: "{}" }], isError: false, timestamp: 8 });
     await h.app.transcripts.appendMessage(ref, { role: "assistant", content: [{ type: "text", text: "done" }], timestamp: 9 });
     const result = await callViaGateway(h, "agent:main:ops", "sessions_history", { sessionKey: key, limit: 2 });
     expect(result.messages.map((m: any) => [m.role, m.content[0].type])).toEqual([["assistant", "toolCall"], ["assistant", "text"]]);
