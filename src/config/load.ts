@@ -35,10 +35,37 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.en
   return parseConfig(raw, file, env);
 }
 
+/** A `${NAME}` placeholder whose variable was not set (taken as ""), and where it is. */
+export interface UnsetReference {
+  path: string;
+  variable: string;
+}
+
+/** The unset references of each loaded config (warnings for `start` and `config check`). */
+const unsetByConfig = new WeakMap<Config, UnsetReference[]>();
+
+/**
+ * Placeholders of `config` whose variable was not set, where the value is used: under an enabled
+ * channel, enabled hooks, or a model provider. (The example config's placeholders for disabled
+ * channels are not worth a warning.)
+ */
+export function unsetReferences(config: Config): UnsetReference[] {
+  const channels = config.channels as Record<string, { enabled?: boolean } | undefined>;
+  return (unsetByConfig.get(config) ?? []).filter(({ path }) => {
+    const [section, name] = path.split(".");
+    if (section === "channels") return channels[name]?.enabled === true;
+    if (section === "hooks") return config.hooks.enabled;
+    return section === "models";
+  });
+}
+
 export function parseConfig(raw: unknown, file = "<config>", env: NodeJS.ProcessEnv = process.env): Config {
-  const parsed = safeParse(ConfigSchema, substituteEnv(raw, env));
+  const unset: UnsetReference[] = [];
+  const parsed = safeParse(ConfigSchema, substituteEnv(raw, env, [], unset));
   if (!parsed.success) throw new ConfigError(file, formatIssues(parsed.error));
-  return deepFreeze(applyEnvDefaults(parsed.data as Config, env));
+  const config = deepFreeze(applyEnvDefaults(parsed.data as Config, env));
+  unsetByConfig.set(config, unset);
+  return config;
 }
 
 /** `path: message` per issue; enums list their permitted values. */
@@ -53,12 +80,17 @@ export function formatIssues(error: z.ZodError): string[] {
 
 const ENV_REF = /\$\{([A-Z_][A-Z0-9_]*)\}/g;
 
-function substituteEnv(value: unknown, env: NodeJS.ProcessEnv): unknown {
-  // An unset variable becomes "" so a disabled channel's token placeholder is harmless;
-  // enabled channels check their own credentials at start.
-  if (typeof value === "string") return value.replace(ENV_REF, (_m, name: string) => env[name] ?? "");
-  if (Array.isArray(value)) return value.map((v) => substituteEnv(v, env));
-  if (value && typeof value === "object") return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, substituteEnv(v, env)]));
+function substituteEnv(value: unknown, env: NodeJS.ProcessEnv, at: string[], unset: UnsetReference[]): unknown {
+  // An unset variable becomes "" so a disabled channel's token placeholder is harmless; it is
+  // noted, so that where it matters the operator is told which variable is missing.
+  if (typeof value === "string") {
+    return value.replace(ENV_REF, (_m, name: string) => {
+      if (env[name] === undefined) unset.push({ path: at.join("."), variable: name });
+      return env[name] ?? "";
+    });
+  }
+  if (Array.isArray(value)) return value.map((v, i) => substituteEnv(v, env, [...at, String(i)], unset));
+  if (value && typeof value === "object") return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, substituteEnv(v, env, [...at, k], unset)]));
   return value;
 }
 

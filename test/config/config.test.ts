@@ -4,7 +4,7 @@ import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
-import { ConfigError, loadConfigFile, parseConfig } from "../../src/config/load.js";
+import { ConfigError, loadConfigFile, parseConfig, unsetReferences } from "../../src/config/load.js";
 
 const run = promisify(execFile);
 const BIN = path.resolve("src/bin.js");
@@ -55,6 +55,23 @@ describe("config", () => {
     expect(c.models.providers.local).toMatchObject({ baseUrl: "http://127.0.0.1:8080/v1", apiKey: "k-k" });
   });
 
+  it("an unset ${ENV} variable is told where it matters (an enabled channel, enabled hooks, a model provider), not for a disabled channel", () => {
+    const c = parseConfig(
+      {
+        channels: { telegram: { enabled: true, botToken: "${TG_TOKEN}" }, discord: { enabled: false, token: "${DC_TOKEN}" } },
+        hooks: { enabled: false, token: "${HOOKS}" },
+        models: { providers: { local: { baseUrl: "http://${HOST}/v1", apiKey: "${KEY}" } } },
+      },
+      "<t>",
+      { HOST: "127.0.0.1" },
+    );
+    expect(c.channels.telegram?.botToken).toBe("");
+    expect(unsetReferences(c)).toEqual([
+      { path: "channels.telegram.botToken", variable: "TG_TOKEN" },
+      { path: "models.providers.local.apiKey", variable: "KEY" },
+    ]);
+  });
+
   it("the result is frozen so nothing mutates config at runtime", () => {
     const c = parseConfig({});
     expect(Object.isFrozen(c.session.sendPolicy)).toBe(true);
@@ -68,6 +85,13 @@ describe("CLI", () => {
     expect(err.code).toBe(2);
     expect(err.stderr).toContain('session.sendPolicy.rules.0.action: expected "allow" | "deny"');
     expect(err.stderr).toContain("gateway.port:");
+  });
+
+  it("config check names an unset variable an enabled channel's token comes from", async () => {
+    const f = file(`{ channels: { telegram: { enabled: true, botToken: "\${SB_TEST_NEVER_SET_TOKEN}" } } }`);
+    const { stdout } = await run("node", [BIN, "config", "check", "--config", f]);
+    expect(stdout).toContain("warning: environment variable SB_TEST_NEVER_SET_TOKEN is not set; channels.telegram.botToken is empty");
+    expect(stdout).toMatch(/config ok/);
   });
 
   it("config check accepts a good file", async () => {
