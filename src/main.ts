@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Command } from "commander";
-import { ConfigError, loadConfigFile, unsetReferences } from "./config/load.js";
+import { ConfigError, describeUnset, loadConfigFile, unsetReferences } from "./config/load.js";
 import type { Config } from "./config/schema.js";
 import { createLogger, secretsOf } from "./log.js";
 import { GatewayClient } from "./gateway/client.js";
@@ -41,7 +41,7 @@ program
     if (opts.stateDir) process.env.SWITCHBOARD_STATE_DIR = opts.stateDir;
     const config = loadOrExit(file);
     const log = createLogger({ level: config.log.level, secrets: secretsOf(config) });
-    for (const { path: at, variable } of unsetReferences(config)) log.warn({ path: at, variable }, `config: environment variable ${variable} is not set; ${at} is empty`);
+    for (const ref of unsetReferences(config)) log.warn(ref, `config: ${describeUnset(ref)}`);
     const { createFullDaemon } = await import("./full-daemon.js");
     const daemon = createFullDaemon({ config, log });
     let stopping = false;
@@ -79,7 +79,7 @@ configCmd
     const file = configPath(opts.config);
     try {
       const config = loadConfigFile(file);
-      for (const { path: at, variable } of unsetReferences(config)) process.stdout.write(`warning: environment variable ${variable} is not set; ${at} is empty\n`);
+      for (const ref of unsetReferences(config)) process.stdout.write(`warning: ${describeUnset(ref)}\n`);
       process.stdout.write(`config ok: ${file}\n`);
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;

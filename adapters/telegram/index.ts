@@ -155,9 +155,10 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
       try {
         await boot();
       } catch (err) {
+        // Stopped meanwhile: nothing to report or retry.
         if (poller !== p) return;
         if (apiFailureOf(err)?.error_code === 401) {
-          if (poller === p) poller = undefined;
+          poller = undefined;
           recordError(err, "getMe");
           throw toPlatformError(err, "getMe", token);
         }

@@ -59,6 +59,11 @@ export function unsetReferences(config: Config): UnsetReference[] {
   });
 }
 
+/** What to tell the operator of one unset reference. */
+export function describeUnset({ path, variable }: UnsetReference): string {
+  return `environment variable ${variable} is not set; ${path} is empty`;
+}
+
 export function parseConfig(raw: unknown, file = "<config>", env: NodeJS.ProcessEnv = process.env): Config {
   const unset: UnsetReference[] = [];
   const parsed = safeParse(ConfigSchema, substituteEnv(raw, env, [], unset));

@@ -26,6 +26,14 @@ async function rawSocket(url: string): Promise<{ ws: WebSocket; frames: any[]; n
   return { ws, frames, next: () => (frames.length ? Promise.resolve(frames.shift()) : new Promise((r) => waiters.push(r))) };
 }
 
+/** A raw socket past the handshake (the harness runs without a token), with the connect's answer. */
+async function connectedSocket(url: string): Promise<Awaited<ReturnType<typeof rawSocket>> & { hello: any }> {
+  const s = await rawSocket(url);
+  await s.next();
+  s.ws.send(connectFrame({ auth: {} }));
+  return { ...s, hello: await s.next() };
+}
+
 const connectFrame = (over: Record<string, unknown> = {}) =>
   JSON.stringify({ type: "req", id: "c", method: "connect", params: { minProtocol: 3, maxProtocol: 4, client: { id: "t", version: "1", platform: "test", mode: "test" }, role: "operator", scopes: ["operator.admin"], auth: { token: TOKEN }, ...over } });
 
@@ -76,10 +84,7 @@ describe("gateway handshake and auth", () => {
 describe("gateway robustness", () => {
   it("bad JSON, unknown methods, bad params and oversized frames get errors; the connection stays open", async () => {
     h = await startHarness({ config: { gateway: { maxPayload: 2048 } } });
-    const s = await rawSocket(h.url);
-    await s.next();
-    s.ws.send(connectFrame({ auth: {} }));
-    await s.next();
+    const s = await connectedSocket(h.url);
     s.ws.send("{not json");
     expect((await s.next()).error).toMatchObject({ code: "INVALID_REQUEST", message: expect.stringMatching(/invalid JSON/) });
     s.ws.send(JSON.stringify({ type: "req", id: "1", method: "nope.method", params: {} }));
@@ -190,10 +195,7 @@ describe("gateway methods", () => {
     h.model.setResponder(() => ({ content: "later", delayMs: 300 }));
     const first = await h.client();
     const frames: any[] = [];
-    const raw = await rawSocket(h.url);
-    await raw.next();
-    raw.ws.send(connectFrame({ auth: {} }));
-    await raw.next();
+    const raw = await connectedSocket(h.url);
     raw.ws.on("message", (d) => frames.push(JSON.parse(d.toString())));
     raw.ws.send(JSON.stringify({ type: "req", id: "run", method: "agent", params: { message: "go", idempotencyKey: "run-1" } }));
     await vi.waitFor(() => expect(frames.filter((f) => f.id === "run")).toHaveLength(2), { timeout: 5000 });
@@ -412,12 +414,8 @@ describe("gateway idempotency, events and limits", () => {
 
   it("interfaces §3 event seq counts per connection: each client sees 1, 2, 3… on its own events", async () => {
     h = await startHarness();
-    const sockets = [await rawSocket(h.url), await rawSocket(h.url)];
-    for (const s of sockets) {
-      await s.next();
-      s.ws.send(connectFrame({ auth: {} }));
-      expect(await s.next()).toMatchObject({ id: "c", ok: true });
-    }
+    const sockets = [await connectedSocket(h.url), await connectedSocket(h.url)];
+    for (const s of sockets) expect(s.hello).toMatchObject({ id: "c", ok: true });
     const c = await h.client();
     await c.request("agent", { message: "hi", idempotencyKey: "seq" }, { expectFinal: true });
     await c.request("chat.send", { sessionKey: "main", message: "hi", idempotencyKey: "seq-chat" });
@@ -435,10 +433,7 @@ describe("gateway idempotency, events and limits", () => {
 
   it("interfaces §3 maxPayload: a frame of exactly maxPayload bytes is served, one byte more is refused as too large", async () => {
     h = await startHarness({ config: { gateway: { maxPayload: 512 } } });
-    const s = await rawSocket(h.url);
-    await s.next();
-    s.ws.send(connectFrame({ auth: {} }));
-    await s.next();
+    const s = await connectedSocket(h.url);
     // JSON allows whitespace before the closing brace, so padding changes the size and nothing else.
     const frame = (id: string, bytes: number) => {
       const head = JSON.stringify({ type: "req", id, method: "health", params: {} }).slice(0, -1);
