@@ -41,7 +41,7 @@ export class App {
   readonly startedAt = Date.now();
   kv!: KvStore;
   sessions!: SessionStore;
-  transcripts = new TranscriptStore();
+  readonly transcripts: TranscriptStore;
   outbox!: Outbox;
   /** Kept beside a durable store only: with a memory store nothing survives a restart anyway. */
   private journal: SendJournal | undefined;
@@ -58,6 +58,7 @@ export class App {
   constructor(private readonly opts: AppOptions) {
     this.config = opts.config;
     this.log = opts.log;
+    this.transcripts = new TranscriptStore({ log: this.log.child({ component: "transcripts" }) });
     this.stateDir = path.resolve(opts.config.stateDir);
     this.models = new ModelRegistry(opts.config, opts.env ?? process.env, opts.modelProvider);
   }

@@ -16,6 +16,7 @@
 import { randomUUID } from "node:crypto";
 import { promises as fs, writeSync } from "node:fs";
 import path from "node:path";
+import type pino from "pino";
 import { deepFreeze } from "../util/freeze.js";
 import { BoundedMap } from "../util/bounded-map.js";
 
@@ -27,8 +28,16 @@ import { BoundedMap } from "../util/bounded-map.js";
 const TAIL_MESSAGES = 64;
 /** Transcripts whose tails stay cached (least recently used dropped first). */
 const MAX_TAILS = 2000;
-/** A synchronous append slower than this (a slow or remote disk) turns them asynchronous for good. */
+/** A synchronous append slower than this is a slow one (a slow or remote disk blocks the event loop). */
 const SLOW_SYNC_WRITE_MS = 20;
+/**
+ * Appends turn asynchronous for good once this many of the last 16 were slow. One slow write is
+ * not a slow disk: on a busy host the process is now and then descheduled mid-write, and a single
+ * 22 ms write under load (bench/, a loaded 2-vCPU host) used to send every later append of the
+ * process through the thread pool, behind SQLite.
+ */
+const SLOW_WRITES_TO_SWITCH = 4;
+const RECENT_WRITES_MASK = 0xffff;
 /** Append handles kept open (least recently used closed first). */
 const MAX_OPEN_FILES = 1024;
 
@@ -104,8 +113,16 @@ export class TranscriptStore {
   private readonly handles = new Map<string, Promise<fs.FileHandle>>();
   /** The handles of `handles` that have opened, for synchronous appends. */
   private readonly open = new Map<string, fs.FileHandle>();
-  /** Appends are written synchronously until one takes longer than SLOW_SYNC_WRITE_MS. */
+  /** Appends are written synchronously until SLOW_WRITES_TO_SWITCH of the last 16 were slow. */
   syncWrites = true;
+  /** One bit per recent synchronous append, newest lowest: set for a slow one. */
+  private recentSlow = 0;
+
+  private readonly now: () => number;
+
+  constructor(private readonly opts: { log?: pino.Logger; /** Times appends (tests). */ now?: () => number } = {}) {
+    this.now = opts.now ?? (() => performance.now());
+  }
   /** Lines appended per file in this process (tells a read that raced an append). */
   private readonly appended = new Map<string, number>();
 
@@ -203,10 +220,21 @@ export class TranscriptStore {
    */
   private append(file: string, handle: fs.FileHandle, line: TranscriptLine, prefix: string): void {
     const { json, bytes } = encode(line, prefix);
-    const started = performance.now();
+    const started = this.now();
     for (let off = 0; off < bytes.length; ) off += writeSync(handle.fd, bytes, off, bytes.length - off, null);
-    if (performance.now() - started > SLOW_SYNC_WRITE_MS) this.syncWrites = false;
+    this.noteWriteTime(this.now() - started);
     this.afterAppend(file, line, json);
+  }
+
+  private noteWriteTime(ms: number): void {
+    const slow = ms > SLOW_SYNC_WRITE_MS;
+    this.recentSlow = ((this.recentSlow << 1) | (slow ? 1 : 0)) & RECENT_WRITES_MASK;
+    if (!slow || bitCount(this.recentSlow) < SLOW_WRITES_TO_SWITCH) return;
+    this.syncWrites = false;
+    this.opts.log?.warn(
+      { slowWrites: SLOW_WRITES_TO_SWITCH, ofLast: 16, lastMs: Math.round(ms) },
+      `transcript appends are slow (over ${SLOW_SYNC_WRITE_MS} ms): writing them through the thread pool from now on, so they no longer block the event loop`,
+    );
   }
 
   /** A line is in the file: count it and extend the cached tail. */
@@ -356,4 +384,10 @@ async function readLastLines<T>(file: string, count: number, pick: (line: string
 function encode(line: TranscriptLine, prefix: string): { json: string; bytes: Buffer } {
   const json = JSON.stringify(line);
   return { json, bytes: Buffer.from(`${prefix}${json}\n`, "utf8") };
+}
+
+function bitCount(bits: number): number {
+  let n = 0;
+  for (let b = bits; b; b &= b - 1) n++;
+  return n;
 }

@@ -1,6 +1,7 @@
 import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { TranscriptStore } from "../../src/sessions/transcript.js";
 
@@ -12,8 +13,8 @@ afterEach(async () => {
   dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true }));
 });
 
-function store(): TranscriptStore {
-  const t = new TranscriptStore();
+function store(opts?: ConstructorParameters<typeof TranscriptStore>[0]): TranscriptStore {
+  const t = new TranscriptStore(opts);
   stores.push(t);
   return t;
 }
@@ -96,6 +97,34 @@ describe("transcripts (append-only JSONL)", () => {
       expect(lines.map((l) => l.message?.content ?? l.type)).toEqual(["session", `a${i}`, `b${i}`, `c${i}`]);
     }
     expect((await store().readMessages(refs[5].path)).map((m) => m.role === "user" && m.content)).toEqual(["a5", "b5", "c5"]);
+  });
+
+  it("appends stay synchronous through a few slow writes (a busy host) and turn asynchronous, with a warning, once 4 of the last 16 were slow (a slow disk)", async () => {
+    // Each append reads the clock before and after its write: `step` is how long a write takes.
+    let clock = 0;
+    let step = 0.1;
+    const warnings: Array<{ msg: string }> = [];
+    const t = store({ now: () => (clock += step), log: pino({ level: "warn" }, { write: (line: string) => void warnings.push(JSON.parse(line)) }) });
+    const r = ref();
+    let n = 0;
+    const append = async (ms: number, count: number) => {
+      step = ms;
+      for (let i = 0; i < count; i++) await t.appendMessage(r, { role: "user", content: `m${n++}`, timestamp: n });
+    };
+    await append(0.1, 2);
+    await append(25, 3);
+    await append(0.1, 13);
+    // The first three slow ones are 16 writes back now: three more are still not four in sixteen.
+    await append(25, 3);
+    expect(t.syncWrites).toBe(true);
+    expect(warnings).toEqual([]);
+    await append(0.1, 5);
+    await append(25, 1);
+    expect(t.syncWrites).toBe(false);
+    expect(warnings.map((w) => w.msg)).toEqual([expect.stringMatching(/^transcript appends are slow \(over 20 ms\)/)]);
+    await append(0.1, 3);
+    const contents = (await store().readMessages(r.path)).map((m) => m.role === "user" && m.content);
+    expect(contents).toEqual(Array.from({ length: n }, (_, i) => `m${i}`));
   });
 
   it("a missing transcript reads as empty", async () => {
