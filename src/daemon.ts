@@ -11,6 +11,7 @@ import type { Config } from "./config/schema.js";
 import type { RunEvent } from "./agents/runtime.js";
 import { Gateway } from "./gateway/server.js";
 import { createWebchatAdapter } from "./web/webchat-adapter.js";
+import { within } from "./util/within.js";
 import { VERSION } from "./version.js";
 
 /** Builds a platform adapter; receives the validated config so a test can swap only the seam. */
@@ -73,7 +74,7 @@ export class Daemon {
     // A platform that is down or slow must not keep the daemon (or the other channels) waiting.
     await Promise.all(
       adapters.map(({ adapter, log }) =>
-        withDeadline(adapter.start(), ADAPTER_START_GRACE_MS).then(
+        within(adapter.start(), ADAPTER_START_GRACE_MS).then(
           (settled) => settled || log.warn(`channel still connecting after ${ADAPTER_START_GRACE_MS / 1000} s; continuing`),
           (err: unknown) => log.error({ err: (err as Error).message }, "channel failed to start; see `switchboard status`"),
         ),
@@ -172,17 +173,6 @@ export class Daemon {
 }
 
 const ADAPTER_START_GRACE_MS = 15_000;
-
-/** true if `p` settled within `ms`; its rejection propagates. */
-async function withDeadline(p: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
-  try {
-    return await Promise.race([p.then(() => true as const), timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /** Binding beyond loopback without a token would hand the agent to the network (interfaces §3). */
 export function assertSafeBind(config: Config): void {

@@ -11,6 +11,7 @@ import { registerCommands } from "./commands.js";
 import { redact, toPlatformError } from "./errors.js";
 import { handleCommandInteraction } from "./interactions.js";
 import { mapMessage } from "./map-message.js";
+import { within } from "../../src/util/within.js";
 
 /**
  * @discordjs/rest waits out 429s itself and retries, so a rate limit never loses a reply. Waits
@@ -63,6 +64,17 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext)
         if (lanes.get(msg.peerId) === next) lanes.delete(msg.peerId);
       });
     lanes.set(msg.peerId, next);
+  };
+
+  /**
+   * Discord never delivers a message again, so the ones still queued for the core when the
+   * adapter stops are handed over first (the daemon stops its router after the adapters), for at
+   * most STOP_GRACE_MS.
+   */
+  const drainLanes = async () => {
+    if (lanes.size && !(await within(Promise.all(lanes.values()), STOP_GRACE_MS))) {
+      log.error({ conversations: lanes.size }, "discord stopped with inbound messages not yet handed to the core: Discord will not deliver them again");
+    }
   };
 
   function wire(c: Client): void {
@@ -173,8 +185,8 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext)
       health.connected = false;
       cancelStart?.(new PlatformError("discord", "transport", "stopped while starting"));
       // A start in progress cleans up its own client once its login settles (see connect()).
-      if (!c || loggingIn.has(c)) return;
-      await Promise.race([c.destroy().catch(() => undefined), new Promise((r) => setTimeout(r, STOP_GRACE_MS).unref())]);
+      if (c && !loggingIn.has(c)) await within(c.destroy().catch(() => undefined), STOP_GRACE_MS);
+      await drainLanes();
     },
 
     // Discord dedupes message creation by nonce for a few minutes when enforce_nonce is set.

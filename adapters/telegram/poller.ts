@@ -10,6 +10,7 @@
  * waiting for its commit, capped inbound at ~700 updates/s (measured in bench/).
  */
 import type { AdapterKv } from "../../src/channels/types.js";
+import { within } from "../../src/util/within.js";
 import { type BackoffOptions, backoffDelay, retryDelay, sleep } from "./backoff.js";
 import type { TgUpdate } from "./wire.js";
 
@@ -62,11 +63,7 @@ export class Poller {
    */
   async stop(graceMs: number): Promise<void> {
     this.stopper.abort();
-    if (!this.loop) return;
-    let timer: NodeJS.Timeout | undefined;
-    const grace = new Promise<void>((r) => (timer = setTimeout(r, graceMs)));
-    await Promise.race([this.loop, grace]);
-    clearTimeout(timer);
+    if (this.loop) await within(this.loop, graceMs);
   }
 
   private get stopped(): boolean {

@@ -19,6 +19,7 @@ import type { WhatsAppConfig } from "../../src/config/schema.js";
 import { resetKvAuthState } from "./auth-state.js";
 import { createBaileysSocketFactory, type BaileysSocketFactoryOptions } from "./baileys-socket.js";
 import { BoundedMap } from "../../src/util/bounded-map.js";
+import { within } from "../../src/util/within.js";
 import { toPlatformError } from "./errors.js";
 import { jidForTarget, jidKind, normalizeJid } from "./jid.js";
 import { whatsappRateLimits } from "./limits.js";
@@ -53,6 +54,8 @@ const MAX_IMMEDIATE_RESTARTS = 3;
 /** Baileys' end() waits for the websocket close; stop() must stay prompt even if that hangs. */
 const END_TIMEOUT_MS = 2_000;
 const GROUP_NAME_TTL_MS = 60 * 60 * 1000;
+/** How long stop() waits for inbound messages still queued for the core (see drainInbound). */
+const STOP_INBOUND_GRACE_MS = 5_000;
 
 export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContext, opts: WhatsAppAdapterOptions = {}): ChannelAdapter {
   const log = ctx.log.child({ channel: "whatsapp", accountId: config.accountId });
@@ -90,6 +93,8 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
   let runId = 0;
   let cancelPause: (() => void) | undefined;
   let inbound: Promise<void> = Promise.resolve();
+  /** Messages in `inbound` not yet handed to the core. */
+  let queued = 0;
 
   function pause(ms: number): Promise<void> {
     return new Promise((resolve) => {
@@ -106,18 +111,13 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
   }
 
   async function endQuietly(s: WASocketLike): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<void>((resolve) => (timer = setTimeout(resolve, END_TIMEOUT_MS)));
-    try {
-      await Promise.race([Promise.resolve(s.end(undefined)).catch(() => undefined), timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
+    await within(Promise.resolve(s.end(undefined)).catch(() => undefined), END_TIMEOUT_MS);
   }
 
-  async function openSocket(): Promise<void> {
+  /** `run` is the runId the caller dials for: a stop() (and a new start()) while the factory works disowns the socket. */
+  async function openSocket(run: number): Promise<void> {
     const s = await factory();
-    if (!running || halted) {
+    if (run !== runId || !running || halted) {
       await endQuietly(s);
       return;
     }
@@ -201,7 +201,7 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
       reconnectPending = false;
       if (run !== runId || !running || halted || sock) return;
       try {
-        await openSocket();
+        await openSocket(run);
       } catch (err) {
         lastError = `reconnect failed: ${err instanceof Error ? err.message : String(err)}`;
         log.warn({ err }, "whatsapp reconnect failed");
@@ -215,12 +215,24 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
     if (upsert.type !== "notify") return;
     for (const msg of upsert.messages) {
       // Serialised so the core sees messages in the order WhatsApp delivered them.
-      inbound = inbound.then(() => handleInbound(s, msg)).catch((err: unknown) => log.error({ err, messageId: msg.key?.id }, "whatsapp inbound failed"));
+      queued++;
+      inbound = inbound
+        .then(() => handleInbound(s, msg))
+        .catch((err: unknown) => log.error({ err, messageId: msg.key?.id }, "whatsapp inbound failed"))
+        .finally(() => queued--);
     }
   }
 
+  /**
+   * Baileys acknowledges a message to WhatsApp as it arrives, so one still queued for the core
+   * when the adapter stops is never delivered again: stop() hands the queue over first (the
+   * daemon stops its router only after the adapters), for at most STOP_INBOUND_GRACE_MS.
+   */
+  async function drainInbound(): Promise<void> {
+    if (queued && !(await within(inbound, STOP_INBOUND_GRACE_MS))) log.error({ queued }, "whatsapp stopped with inbound messages not yet handed to the core: WhatsApp will not deliver them again");
+  }
+
   async function handleInbound(s: WASocketLike, msg: WAMessage): Promise<void> {
-    if (!running) return;
     learnLidMapping(msg.key);
     if (msg.key?.id && sent.has(msg.key.id)) return;
     const mapped = await mapInbound(msg, mapContext(s));
@@ -286,7 +298,7 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
       attempt = 0;
       immediateRestarts = 0;
       try {
-        await openSocket();
+        await openSocket(runId);
       } catch (err) {
         running = false;
         lastError = `start failed: ${err instanceof Error ? err.message : String(err)}`;
@@ -303,6 +315,7 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
       connected = false;
       openedAt = undefined;
       if (s) await endQuietly(s);
+      await drainInbound();
     },
 
     async send(target: OutboundTarget, text: string): Promise<SendReceipt> {

@@ -9,6 +9,7 @@ import PQueue from "p-queue";
 import type pino from "pino";
 import { lazyChild } from "../log.js";
 import { BoundedMap } from "../util/bounded-map.js";
+import { within } from "../util/within.js";
 import type { Config } from "../config/schema.js";
 import type { DeliveryContext } from "../sessions/entry.js";
 import type { SessionStore } from "../sessions/session-store.js";
@@ -197,10 +198,7 @@ export class AgentRuntime {
   async drain(timeoutMs: number): Promise<void> {
     this.draining = true;
     clearInterval(this.sweeper);
-    const pending = [...this.runs.values()].map((r) => r.done.catch(() => undefined));
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([Promise.all(pending), new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
-    clearTimeout(timer);
+    await within(Promise.all([...this.runs.values()].map((r) => r.done.catch(() => undefined))), timeoutMs);
     for (const r of this.runs.values()) r.controller.abort(new Error("daemon shutting down"));
   }
 

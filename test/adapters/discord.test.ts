@@ -49,7 +49,13 @@ async function startFake(options: FakeDiscordOptions = {}): Promise<FakeDiscord>
 
 function makeAdapter(
   fake: FakeDiscord,
-  opts: { kv?: ReturnType<typeof memoryKv>; config?: Record<string, unknown>; onNativeCommand?: ((cmd: NativeCommand) => Promise<string>) | null } = {},
+  opts: {
+    kv?: ReturnType<typeof memoryKv>;
+    config?: Record<string, unknown>;
+    onNativeCommand?: ((cmd: NativeCommand) => Promise<string>) | null;
+    /** Runs as the core starts accepting each message, before it is recorded in `inbound`. */
+    beforeAccept?: (msg: InboundMessage) => Promise<void>;
+  } = {},
 ): Harness {
   const kv = opts.kv ?? memoryKv();
   const inbound: InboundMessage[] = [];
@@ -64,7 +70,10 @@ function makeAdapter(
   const adapter = createDiscordAdapter(discordConfig(fake, opts.config), {
     kv,
     log: pino({ level: "silent" }),
-    onInbound: async (msg) => void inbound.push(msg),
+    onInbound: async (msg) => {
+      await opts.beforeAccept?.(msg);
+      inbound.push(msg);
+    },
     ...(onNativeCommand ? { onNativeCommand } : {}),
   });
   cleanups.push(() => adapter.stop());
@@ -432,6 +441,29 @@ describe("discord adapter: gateway loss", () => {
     expect(warnings.find((w) => w.msg === "discord: disconnected")?.err).toBe("gateway closed with 4014, not reconnecting");
     expect(adapter.health().connected).toBe(false);
     expect(adapter.health().lastError).toMatch(/disallowed intents|4014/);
+  });
+});
+
+describe("discord adapter: stop", () => {
+  it("stop() hands the messages Discord already delivered to the core before it returns: Discord does not deliver them again", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const h = makeAdapter(await startFake(), { beforeAccept: async (m) => void (m.text === "first" && (await held)) });
+    await h.adapter.start();
+    h.fake.injectDM({ content: "first" });
+    h.fake.injectDM({ content: "second" });
+    // Another conversation's message, not held: once it is in, "second" waits in alice's lane behind "first".
+    const barrier = h.fake.injectDM({ author: h.fake.ids.bob, content: "barrier" });
+    await vi.waitFor(() => expect(h.inbound.map((m) => m.messageId)).toEqual([barrier.id]), waitOpts);
+    let stopped = false;
+    const stopping = h.adapter.stop().then(() => (stopped = true));
+    // The client is gone (its gateway socket closed), yet stop() waits for the queue.
+    await vi.waitFor(() => expect(h.fake.openSockets).toBe(0), waitOpts);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(stopped).toBe(false);
+    release();
+    await stopping;
+    expect(h.inbound.map((m) => m.text)).toEqual(["barrier", "first", "second"]);
   });
 });
 

@@ -1,5 +1,5 @@
 import * as baileys from "@whiskeysockets/baileys";
-import type { AuthenticationState, UserFacingSocketConfig } from "@whiskeysockets/baileys";
+import type { AuthenticationState, UserFacingSocketConfig, WAVersion } from "@whiskeysockets/baileys";
 import { createServer } from "node:net";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
@@ -70,10 +70,30 @@ describe("kv-backed Baileys auth state", () => {
 
   it("keeps creds writes in call order", async () => {
     const kv = memoryKv();
-    const slowKv: AdapterKv = { ...kv, set: async (k, v) => (await new Promise((r) => setTimeout(r, Math.random() * 5)), kv.set(k, v)) };
-    const auth = await loadKvAuthState(slowKv, baileys);
-    await Promise.all([1, 2, 3, 4, 5].map((n) => auth.saveCreds({ nextPreKeyId: n })));
+    // A store that finishes the newest of its pending writes first: unserialised writes would
+    // leave the oldest creds on disk.
+    const pending: Array<() => void> = [];
+    const reorderingKv: AdapterKv = { ...kv, set: async (k, v) => (await new Promise<void>((r) => pending.push(r)), kv.set(k, v)) };
+    const auth = await loadKvAuthState(reorderingKv, baileys);
+    let done = false;
+    void Promise.all([1, 2, 3, 4, 5].map((n) => auth.saveCreds({ nextPreKeyId: n }))).then(() => (done = true));
+    while (!done) {
+      await new Promise((r) => setTimeout(r, 1));
+      pending.pop()?.();
+    }
     expect((await loadKvAuthState(kv, baileys)).state.creds.nextPreKeyId).toBe(5);
+  });
+
+  it("a failed creds write does not stop later ones from being saved", async () => {
+    const kv = memoryKv();
+    let failures = 1;
+    const flakyKv: AdapterKv = { ...kv, set: async (k, v) => (failures-- > 0 ? Promise.reject(new Error("disk full")) : kv.set(k, v)) };
+    const auth = await loadKvAuthState(flakyKv, baileys);
+    await expect(auth.saveCreds({ registered: true })).rejects.toThrow("disk full");
+    await auth.saveCreds({ me: { id: "15550000001:7@s.whatsapp.net" } });
+    const reloaded = (await loadKvAuthState(kv, baileys)).state.creds;
+    expect(reloaded.registered).toBe(true);
+    expect(reloaded.me?.id).toBe("15550000001:7@s.whatsapp.net");
   });
 
   it("reset forgets the login: next load has new creds and an empty key space", async () => {
@@ -97,12 +117,12 @@ describe("production socket factory across adapter restarts", () => {
   });
 
   /** The adapter's default (production) factory, with only makeWASocket swapped for the fake. */
-  function adapterWithProductionFactory(kv: AdapterKv, wa: FakeWhatsApp, captured: UserFacingSocketConfig[]) {
+  function adapterWithProductionFactory(kv: AdapterKv, wa: FakeWhatsApp, captured: UserFacingSocketConfig[], resolveVersion = async (): Promise<WAVersion | undefined> => undefined) {
     const config = ConfigSchema.parse({ channels: { whatsapp: { enabled: true } } }).channels.whatsapp!;
     const adapter = createWhatsAppAdapter(config, { kv, log, onInbound: async () => {} }, {
       baileys: {
         makeSocket: (cfg) => (captured.push(cfg), wa.newSocket()),
-        resolveVersion: async () => undefined, // no network in tests
+        resolveVersion, // no network in tests
       },
     });
     running.push(adapter);
@@ -137,6 +157,23 @@ describe("production socket factory across adapter restarts", () => {
     const preKeys = await auth2.keys.get("pre-key", ["1"]);
     expect(Buffer.isBuffer(preKeys["1"].public)).toBe(true);
     expect([...preKeys["1"].public]).toEqual([1, 2, 3]);
+  });
+
+  it("announces the current WhatsApp Web version, fetched once and reused across reconnects, and stays offline so the phone keeps notifying", async () => {
+    const wa = new FakeWhatsApp();
+    const captured: UserFacingSocketConfig[] = [];
+    let lookups = 0;
+    const adapter = adapterWithProductionFactory(memoryKv(), wa, captured, async () => (lookups++, [2, 3000, 1027934701]));
+    await adapter.start();
+    await waitFor(() => adapter.health().connected, "connected");
+    wa.drop(515);
+    await waitFor(() => captured.length === 2 && adapter.health().connected, "restarted");
+    expect(captured.map((c) => c.version)).toEqual([
+      [2, 3000, 1027934701],
+      [2, 3000, 1027934701],
+    ]);
+    expect(lookups).toBe(1);
+    expect(captured[0].markOnlineOnConnect).toBe(false);
   });
 
   it("answers Baileys' getMessage retries with the content of messages the adapter sent", async () => {

@@ -12,6 +12,7 @@ describe("extractContent", () => {
     ["captioned document", { documentWithCaptionMessage: { message: { documentMessage: { caption: "doc" } } } }, "doc", false],
     ["disappearing message", { ephemeralMessage: { message: { conversation: "poof" } } }, "poof", false],
     ["view-once image", { viewOnceMessageV2: { message: { imageMessage: { caption: "once" } } } }, "once", false],
+    ["captioned document in a disappearing chat", { ephemeralMessage: { message: { documentWithCaptionMessage: { message: { documentMessage: { caption: "doc" } } } } } }, "doc", false],
     ["edit", { protocolMessage: { type: 14, editedMessage: { conversation: "fixed" } } }, "fixed", true],
     ["image without caption", { imageMessage: {} }, undefined, false],
     ["reaction", { reactionMessage: { text: "👍" } }, undefined, false],
@@ -97,6 +98,15 @@ describe("mapInbound edge cases", () => {
     expect((await mapInbound(quoting("15550000001@s.whatsapp.net"), ctx))?.wasMentioned).toBe(true);
     expect((await mapInbound(quoting("90000000000001@lid"), ctx))?.wasMentioned).toBe(true);
     expect((await mapInbound(quoting("15559999999@s.whatsapp.net"), ctx))?.wasMentioned).toBe(false);
+  });
+
+  it("takes the phone JID from the legacy senderPn / participantPn fields when a LID sender has no *Alt JID", async () => {
+    const lidDm = dm({ key: { remoteJid: "123456789012345@lid", id: "L1", fromMe: false, senderPn: "15551234567@s.whatsapp.net" } as WAMessage["key"] });
+    expect(await mapInbound(lidDm, ctx)).toMatchObject({ senderId: "+15551234567", peerId: "+15551234567", to: "123456789012345@lid" });
+    const lidGroup = dm({
+      key: { remoteJid: "120363000000000001@g.us", id: "L2", fromMe: false, participant: "123456789012345@lid", participantPn: "15551234567@s.whatsapp.net" } as WAMessage["key"],
+    });
+    expect((await mapInbound(lidGroup, ctx))?.senderId).toBe("+15551234567");
   });
 
   it("a DM quoting one of our message ids counts as a mention", async () => {

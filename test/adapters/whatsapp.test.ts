@@ -32,12 +32,14 @@ afterEach(async () => {
   await Promise.all(running.splice(0).map((a) => a.stop()));
 });
 
-function setup(opts: { fake?: FakeWhatsAppOptions; adapter?: WhatsAppAdapterOptions; config?: Partial<WhatsAppConfig> } = {}) {
+function setup(
+  opts: { fake?: FakeWhatsAppOptions; adapter?: WhatsAppAdapterOptions; config?: Partial<WhatsAppConfig>; onInbound?: AdapterContext["onInbound"] } = {},
+) {
   const wa = new FakeWhatsApp({ self: { id: SELF_PN, lid: SELF_LID, name: "Switchboard" }, ...opts.fake });
   const inbound: InboundMessage[] = [];
   const sleeps: number[] = [];
   const kv = memoryKv();
-  const ctx: AdapterContext = { onInbound: async (m) => void inbound.push(m), kv, log: pino({ level: "silent" }) };
+  const ctx: AdapterContext = { onInbound: opts.onInbound ?? (async (m) => void inbound.push(m)), kv, log: pino({ level: "silent" }) };
   const adapter = createWhatsAppAdapter(whatsappConfig(opts.config), ctx, {
     socketFactory: wa.factory,
     sleep: async (ms) => void sleeps.push(ms),
@@ -175,6 +177,94 @@ describe("whatsapp adapter: inbound", () => {
     expect(inbound[0].groupName).toBeUndefined();
     expect(inbound[1].groupName).toBe("Family");
   });
+
+  it("asks for a group's subject again after a lookup failed", async () => {
+    const { wa, inbound } = await connected();
+    wa.injectText({ chatJid: GROUP, participant: ALICE_PN, text: "subject unknown to the server yet" });
+    await waitFor(() => inbound.length === 1, "first");
+    await settle();
+    wa.setGroupSubject(GROUP, "Family");
+    wa.injectText({ chatJid: GROUP, participant: ALICE_PN, text: "second" });
+    await waitFor(() => inbound.length === 2, "second");
+    await settle();
+    wa.injectText({ chatJid: GROUP, participant: ALICE_PN, text: "third" });
+    await waitFor(() => inbound.length === 3, "third");
+    expect(inbound.map((m) => m.groupName)).toEqual([undefined, undefined, "Family"]);
+  });
+
+  it("takes a group's subject from groups.update without asking the server", async () => {
+    const { wa, inbound } = await connected();
+    wa.current.ev.emit("groups.update", [{ id: GROUP, subject: "Renamed" }]);
+    wa.injectText({ chatJid: GROUP, participant: ALICE_PN, text: "hi" });
+    await waitFor(() => inbound.length === 1, "inbound");
+    expect(inbound[0].groupName).toBe("Renamed");
+  });
+
+  it("learns LID→phone pairs from Baileys' lid-mapping.update, so a LID sender keeps their E.164 identity", async () => {
+    const { wa, inbound } = await connected();
+    wa.current.ev.emit("lid-mapping.update", { lid: "123456789012345:2@lid", pn: "15551234567:0@s.whatsapp.net" });
+    wa.injectText({ chatJid: ALICE_LID, text: "no alt JID, no signal mapping" });
+    await waitFor(() => inbound.length === 1, "inbound");
+    expect(inbound[0]).toMatchObject({ senderId: "+15551234567", peerId: "+15551234567", to: ALICE_LID });
+  });
+
+  it("hands messages to the core one at a time, in the order WhatsApp delivered them", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const started: string[] = [];
+    const inbound: InboundMessage[] = [];
+    const { wa } = await connected({
+      onInbound: async (m) => {
+        started.push(m.text);
+        if (m.text === "first") await held;
+        inbound.push(m);
+      },
+    });
+    wa.injectText({ chatJid: ALICE_PN, text: "first" });
+    wa.injectText({ chatJid: ALICE_PN, text: "second" });
+    await waitFor(() => started.length === 1, "first handed over");
+    await settle();
+    expect(started).toEqual(["first"]);
+    release();
+    await waitFor(() => inbound.length === 2, "both");
+    expect(inbound.map((m) => m.text)).toEqual(["first", "second"]);
+  });
+
+  it("stop() hands the messages WhatsApp already delivered to the core before it returns: WhatsApp does not deliver them again", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const inbound: InboundMessage[] = [];
+    const { wa, adapter } = await connected({
+      onInbound: async (m) => {
+        if (m.text === "first") await held;
+        inbound.push(m);
+      },
+    });
+    wa.injectText({ chatJid: ALICE_PN, text: "first" });
+    wa.injectText({ chatJid: ALICE_PN, text: "second" });
+    let stopped = false;
+    const stopping = adapter.stop().then(() => (stopped = true));
+    await settle();
+    expect(stopped).toBe(false);
+    release();
+    await stopping;
+    expect(inbound.map((m) => m.text)).toEqual(["first", "second"]);
+  });
+
+  it("a message the core failed to accept does not stop the messages after it", async () => {
+    const inbound: InboundMessage[] = [];
+    let calls = 0;
+    const { wa } = await connected({
+      onInbound: async (m) => {
+        if (++calls === 1) throw new Error("store unavailable");
+        inbound.push(m);
+      },
+    });
+    wa.injectText({ chatJid: ALICE_PN, text: "hit the failure" });
+    wa.injectText({ chatJid: ALICE_PN, text: "next one" });
+    await waitFor(() => inbound.length === 1, "the message after the failure");
+    expect(inbound[0].text).toBe("next one");
+  });
 });
 
 describe("whatsapp adapter: outbound", () => {
@@ -213,6 +303,22 @@ describe("whatsapp adapter: outbound", () => {
     await expect(adapter.send(target(ALICE_PN), "again")).resolves.toMatchObject({ messageId: expect.any(String) });
   });
 
+  it("a send WhatsApp answers without a message id fails as retryable instead of counting as delivered", async () => {
+    const wa = new FakeWhatsApp();
+    const { adapter } = await connected({
+      adapter: {
+        socketFactory: async () => {
+          const sock = await wa.factory();
+          sock.sendMessage = async () => undefined;
+          return sock;
+        },
+      },
+    });
+    const err = await sendError(adapter.send(target(ALICE_PN), "into the void"));
+    expect(err.code).toBe("transport");
+    expect(err.retryable).toBe(true);
+  });
+
   it("refuses to send while disconnected with a retryable transport error", async () => {
     const { wa, adapter } = setup({ fake: { autoOpen: false } });
     await adapter.start();
@@ -221,6 +327,9 @@ describe("whatsapp adapter: outbound", () => {
     expect(err.message).toContain("not connected");
     expect(err.retryable).toBe(true);
     expect(wa.sent).toHaveLength(0);
+    wa.current.ev.emit("connection.update", { connection: "connecting" });
+    expect(adapter.health().connected).toBe(false);
+    expect((await sendError(adapter.send(target(ALICE_PN), "still connecting"))).message).toContain("not connected");
     wa.open();
     await expect(adapter.send(target(ALICE_PN), "now")).resolves.toMatchObject({ messageId: expect.any(String) });
   });
@@ -358,5 +467,96 @@ describe("whatsapp adapter: connection lifecycle", () => {
     expect(wa.factoryCallCount).toBe(1);
     expect(sleeps).toEqual([]);
     expect(adapter.health().connected).toBe(false);
+  });
+
+  it("repeated 515s: three immediate restarts, then backoff, so a server that never settles is not hammered", async () => {
+    const { wa, sleeps, adapter } = await connected({ adapter: { random: () => 0 } });
+    for (let n = 2; n <= 5; n++) {
+      wa.drop(515, "Stream Errored (restart required)");
+      await waitFor(() => wa.factoryCallCount === n && adapter.health().connected, `restart ${n - 1}`);
+      expect(sleeps).toEqual(n <= 4 ? [] : [2_000]);
+    }
+  });
+
+  it.each([
+    [403, "forbidden"],
+    [411, "auth"],
+  ] as const)("%i: stops for good and fails sends permanently, so the outbox does not retry into a refused session", async (status, code) => {
+    const { wa, sleeps, adapter } = await connected();
+    wa.drop(status);
+    await waitFor(() => adapter.health().lastError !== null, "halted");
+    await settle();
+    expect(wa.factoryCallCount).toBe(1);
+    expect(sleeps).toEqual([]);
+    const err = await sendError(adapter.send(target(ALICE_PN), "x"));
+    expect(err.code).toBe(code);
+    expect(err.retryable).toBe(false);
+  });
+
+  it("start() on a running adapter opens no second socket, so no message is delivered twice", async () => {
+    const { wa, inbound, adapter } = await connected();
+    await adapter.start();
+    await settle();
+    expect(wa.factoryCallCount).toBe(1);
+    wa.injectText({ chatJid: ALICE_PN, text: "once" });
+    await waitFor(() => inbound.length === 1, "inbound");
+    await settle();
+    expect(inbound.map((m) => m.text)).toEqual(["once"]);
+  });
+
+  it("a start() that failed can be retried", async () => {
+    const { wa, adapter } = setup();
+    wa.failNextFactoryCalls(1);
+    await expect(adapter.start()).rejects.toThrow("fake factory failure");
+    expect(adapter.health().lastError).toContain("start failed");
+    await adapter.start();
+    await waitFor(() => adapter.health().connected, "connected on the second start");
+    expect(wa.factoryCallCount).toBe(2);
+  });
+
+  it("stop() then start() during a pending reconnect: a later drop still reconnects", async () => {
+    const never = new Promise<void>(() => {});
+    const sleeps: number[] = [];
+    // The first backoff never ends by itself; later ones end at once.
+    const { wa, adapter } = await connected({ adapter: { sleep: (ms) => (sleeps.push(ms), sleeps.length === 1 ? never : Promise.resolve()) } });
+    wa.drop(408);
+    await waitFor(() => sleeps.length === 1, "first reconnect pending");
+    await adapter.stop();
+    await adapter.start();
+    await waitFor(() => adapter.health().connected, "started again");
+    wa.drop(408);
+    await waitFor(() => wa.factoryCallCount === 3 && adapter.health().connected, "reconnected after the second drop");
+  });
+
+  it("a socket the factory delivers after stop() is ended, never adopted", async () => {
+    const { wa, adapter } = await connected();
+    const release = wa.holdNextFactoryCall();
+    wa.drop(408);
+    await waitFor(() => wa.factoryCallCount === 2, "reconnect dialling");
+    await adapter.stop();
+    release();
+    await waitFor(() => wa.sockets.length === 2, "late socket");
+    await settle();
+    expect(wa.current.ended).toBe(true);
+    expect(adapter.health().connected).toBe(false);
+  });
+
+  it("stop() then start() while a reconnect is still dialling leaves exactly one live socket", async () => {
+    const { wa, adapter } = await connected();
+    const release = wa.holdNextFactoryCall();
+    wa.drop(408);
+    await waitFor(() => wa.factoryCallCount === 2, "reconnect dialling");
+    await adapter.stop();
+    await adapter.start();
+    await waitFor(() => adapter.health().connected, "started again");
+    const live = wa.current;
+    release();
+    await waitFor(() => wa.sockets.length === 3, "the stale reconnect's socket");
+    await settle();
+    // Two live sockets on one login: WhatsApp closes one with 440, which halts the adapter for good.
+    const alive = wa.sockets.filter((s) => !s.ended);
+    expect(alive).toHaveLength(1);
+    expect(alive[0]).toBe(live);
+    expect(adapter.health().connected).toBe(true);
   });
 });

@@ -66,3 +66,34 @@ describe("web chat owner commands", () => {
     await vi.waitFor(() => expect(page.finals).toContain("echo: hello again"));
   });
 });
+
+describe("web chat deliveries", () => {
+  let h: Harness | undefined;
+  afterEach(async () => h?.stop());
+
+  async function chatEvents(harness: Harness) {
+    const client = await harness.client({ scopes: ["operator.read", "operator.write"] });
+    const events: any[] = [];
+    client.on("event", (name, p) => name === "chat" && events.push(p));
+    return { client, events };
+  }
+
+  it("a reply carries the runId of the chat.send it answers, which the page clears its waiting placeholder by", async () => {
+    h = await startHarness();
+    const { client, events } = await chatEvents(h);
+    const idempotencyKey = randomUUID();
+    await client.request("chat.send", { sessionKey: "main", message: "hi", idempotencyKey });
+    await vi.waitFor(() => expect(events.filter((e) => e.state === "final")).toHaveLength(1));
+    expect(events[0]).toMatchObject({ runId: idempotencyKey, sessionKey: "agent:main:main", state: "final", message: { role: "assistant", content: [{ type: "text", text: "echo: hi" }] } });
+  });
+
+  it("a send to the web chat reports the message id the page received", async () => {
+    h = await startHarness();
+    const { client, events } = await chatEvents(h);
+    const sent = [];
+    for (const message of ["one", "two"]) sent.push(await client.request("send", { channel: "webchat", to: "agent:main:main", message, idempotencyKey: randomUUID() }));
+    await vi.waitFor(() => expect(events).toHaveLength(2));
+    expect(sent.map((r) => r.messageIds)).toEqual(events.map((e) => [e.messageId]));
+    expect(events[0].messageId).not.toBe(events[1].messageId);
+  });
+});

@@ -85,6 +85,7 @@ export class FakeWhatsApp {
   private readonly groups = new Map<string, string>();
   private sendFailures: number[] = [];
   private factoryFailures = 0;
+  private factoryHold: Promise<void> | undefined;
   private nextId = 1;
 
   constructor(options: FakeWhatsAppOptions = {}) {
@@ -98,6 +99,9 @@ export class FakeWhatsApp {
   /** The SocketFactory to hand to the adapter. */
   readonly factory: SocketFactory = async () => {
     this.factoryCallCount += 1;
+    const hold = this.factoryHold;
+    this.factoryHold = undefined;
+    if (hold) await hold;
     if (this.factoryFailures > 0) {
       this.factoryFailures -= 1;
       throw new Error("fake factory failure");
@@ -146,6 +150,16 @@ export class FakeWhatsApp {
   /** The next `n` factory calls reject (e.g. the auth store is unreachable). */
   failNextFactoryCalls(n: number): void {
     this.factoryFailures += n;
+  }
+
+  /**
+   * The next factory call (already counted on entry) returns its socket only once the returned
+   * function is called, like a production factory stuck on the auth store or the version fetch.
+   */
+  holdNextFactoryCall(): () => void {
+    let release!: () => void;
+    this.factoryHold = new Promise<void>((resolve) => (release = resolve));
+    return release;
   }
 
   /** Makes `signalRepository.lidMapping.getPNForLID(lid)` answer `pn`. */
