@@ -93,6 +93,19 @@ const WhatsApp = z.strictObject({
   ...ChannelCommon,
 });
 
+/**
+ * A job's id names its session (`cron:<id>`, case-insensitive): two jobs with one id would share
+ * a transcript, and the second could not be scheduled.
+ */
+function uniqueCronIds(jobs: Array<{ id: string }>, ctx: z.RefinementCtx): void {
+  const first = new Map<string, number>();
+  jobs.forEach((job, i) => {
+    const key = job.id.toLowerCase();
+    const earlier = first.get(key);
+    if (earlier === undefined) first.set(key, i);
+    else ctx.addIssue({ code: "custom", path: [i, "id"], message: `cron job id "${job.id}" is already the id of jobs[${earlier}] (ids name the job's cron:<id> session, compared case-insensitively)` });
+  });
+}
 export const ConfigSchema = z.strictObject({
   stateDir: z.string().default("./data"),
   store: z.strictObject({ url: z.string().min(1).optional() }).default({}),
@@ -161,6 +174,7 @@ export const ConfigSchema = z.strictObject({
             enabled: z.boolean().default(true),
           }),
         )
+        .superRefine(uniqueCronIds)
         .default([]),
     })
     .default({ jobs: [] }),

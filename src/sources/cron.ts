@@ -2,7 +2,8 @@
  * cron.jobs (R3, R25): each enabled job runs its message in the `cron:<job.id>` session on its
  * schedule (croner syntax, seconds optional). The message is system input (provenance
  * internal_system); the reply is recorded in the transcript and delivered only when the session
- * has a chat route — through the outbox, like every other message.
+ * has a chat route — through the outbox, like every other message. A tick that comes while the
+ * job's previous run is still going is skipped (logged), so slow jobs never queue up behind themselves.
  */
 import { randomUUID } from "node:crypto";
 import { Cron } from "croner";
@@ -35,8 +36,12 @@ export class CronScheduler {
         continue;
       }
       try {
-        const timer = new Cron(job.schedule, { name: `cron:${job.id}`, timezone: job.timezone, protect: true, unref: true }, () => {
-          this.fire(job).catch((err: unknown) => log.error({ err: (err as Error).message }, "cron job run failed to start"));
+        const skipped = () => log.warn("cron job tick skipped: the previous run is still going");
+        const timer = new Cron(job.schedule, { name: `cron:${job.id}`, timezone: job.timezone, protect: skipped, unref: true }, async () => {
+          const run = await this.fire(job).catch((err: unknown) => void log.error({ err: (err as Error).message }, "cron job run failed to start"));
+          // Awaited to the end of the run: croner's protect skips the ticks that come meanwhile,
+          // so a job slower than its schedule does not pile up runs behind itself.
+          await run?.done.catch((err: unknown) => log.error({ err: (err as Error).message }, "cron job run failed"));
         });
         this.timers.push(timer);
         log.info({ schedule: job.schedule, next: timer.nextRun()?.toISOString() }, "cron job scheduled");

@@ -41,6 +41,10 @@ describe("config", () => {
     [{ chanels: {} }, '(root): unknown key(s) "chanels"'],
     [{ session: { agentToAgent: { maxPingPongTurns: 9 } } }, "session.agentToAgent.maxPingPongTurns: Too big: expected number to be <=5"],
     [{ commands: { owners: ["alice"] } }, "commands.owners.0: owner entries look like <channel>:<platform user id>"],
+    [
+      { cron: { jobs: [{ id: "daily", schedule: "0 9 * * *", message: "a" }, { id: "Daily", schedule: "0 18 * * *", message: "b" }] } },
+      'cron.jobs.1.id: cron job id "Daily" is already the id of jobs[0] (ids name the job\'s cron:<id> session, compared case-insensitively)',
+    ],
   ])("each error names its path: %j", (raw, expected) => {
     expect(problems(raw)).toContain(expected);
   });

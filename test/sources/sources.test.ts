@@ -4,6 +4,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import type { RunEvent } from "../../src/agents/runtime.js";
 import { GatewayCallError } from "../../src/gateway/client.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
@@ -34,6 +35,7 @@ describe("cron", () => {
             { id: "tick", schedule: "* * * * * *", message: "cron says hi" },
             { id: "off", schedule: "* * * * * *", message: "never", enabled: false },
             { id: "broken", schedule: "not a schedule", message: "never" },
+            { id: "stray", schedule: "* * * * * *", message: "never", agentId: "ghost" },
           ],
         },
       },
@@ -45,6 +47,7 @@ describe("cron", () => {
     expect(await row("cron:tick")).toMatchObject({ kind: "cron", channel: "internal" });
     expect(h.app.sessions.get("cron:off")).toBeUndefined();
     expect(h.app.sessions.get("cron:broken")).toBeUndefined();
+    expect(h.app.sessions.get("cron:stray")).toBeUndefined();
     expect(telegram.sent).toEqual([]);
     expect(await callViaGateway(h, "main", "sessions_list", { kinds: ["cron"] })).toMatchObject({ sessions: [{ key: "cron:tick", kind: "cron", channel: "internal" }] });
   });
@@ -70,6 +73,68 @@ describe("cron", () => {
     await done;
     await vi.waitFor(() => expect(h!.app.outbox.get(`cron:${runId}`)).toMatchObject({ state: "suppressed", sessionKey: "cron:report" }));
     expect(telegram.sent).toEqual([]);
+  });
+
+  it("R3 a NO_REPLY answer is recorded but not delivered to the cron session's chat", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ store: "memory", adapters: [telegram], responder: toolDriver(() => ({ content: "NO_REPLY" })), config: { cron: { jobs: [{ id: "report", schedule: "0 0 1 1 *", message: "anything new?" }] } } });
+    await h.app.sessions.upsert("cron:report", "main", { deliveryContext: { channel: "telegram", to: "777", accountId: "default" } });
+    const { done, runId } = await features(h).cron.fire(h.app.config.cron.jobs[0]);
+    expect(await done).toMatchObject({ status: "ok", reply: "NO_REPLY" });
+    expect(h.app.outbox.get(`cron:${runId}`)).toBeUndefined();
+    expect(telegram.sent).toEqual([]);
+  });
+
+  it("a job's timezone decides the hours it fires in", async () => {
+    const hourIn = (timeZone: string, at: number) => Number(new Intl.DateTimeFormat("en-US", { timeZone, hour: "numeric", hourCycle: "h23" }).format(at));
+    const now = Date.now();
+    const local = [new Date(now).getHours(), new Date(now + 3600_000).getHours()];
+    // A zone whose current and next hour are not the local ones, so without the zone the job never fires.
+    const zone = ["Pacific/Kiritimati", "Asia/Kolkata"].find((z) => ![hourIn(z, now), hourIn(z, now + 3600_000)].some((hour) => local.includes(hour)));
+    expect(zone).toBeDefined();
+    const hours = `${hourIn(zone!, now)},${hourIn(zone!, now + 3600_000)}`;
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { cron: { jobs: [{ id: "zoned", schedule: `* * ${hours} * * *`, timezone: zone, message: "zoned hello" }] } } });
+    await vi.waitFor(async () => expect((await messagesOf(h!.app, "cron:zoned")).some((m) => m.role === "assistant")).toBe(true), { timeout: 3000 });
+  });
+
+  it("stop() ends the schedule: no tick starts a run after it", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { cron: { jobs: [{ id: "tick", schedule: "* * * * * *", message: "tick" }] } } });
+    await vi.waitFor(() => expect(h!.model.requests.length).toBeGreaterThan(0), { timeout: 3000 });
+    features(h).cron.stop();
+    await settle(h);
+    const queued: string[] = [];
+    h.app.runtime.events.on("run", (ev: RunEvent) => {
+      if (ev.phase === "queued") queued.push(ev.runId);
+    });
+    // Long enough for at least one more tick.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    expect(queued).toEqual([]);
+  });
+
+  it("a run still going when the schedule fires again is not overlapped: that tick is skipped, later ticks run", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let first = true;
+    h = await startHarness({
+      store: "memory",
+      responder: toolDriver(async () => {
+        if (!first) return undefined;
+        first = false;
+        await gate;
+        return { content: "slow report" };
+      }),
+      config: { cron: { jobs: [{ id: "slow", schedule: "* * * * * *", message: "report" }] } },
+    });
+    await vi.waitFor(() => expect(h!.model.requests).toHaveLength(1), { timeout: 3000 });
+    // Two more ticks pass while the first run waits on the model.
+    await new Promise((resolve) => setTimeout(resolve, 2100));
+    expect(h.app.runtime.activeRuns().filter((r) => r.sessionKey === "cron:slow")).toHaveLength(1);
+    const queued: string[] = [];
+    h.app.runtime.events.on("run", (ev: RunEvent) => {
+      if (ev.phase === "queued" && ev.sessionKey === "cron:slow") queued.push(ev.runId);
+    });
+    release();
+    await vi.waitFor(() => expect(queued.length).toBeGreaterThanOrEqual(1), { timeout: 3000 });
   });
 });
 

@@ -19,6 +19,8 @@ describe("R39 announce normalisation: Status from the outcome, then Result and N
     ["empty reply falls back to the child's final reply", { reply: "", status: "ok", fallbackResult: "42" }, "Status: ok\nResult: 42\nNotes: none"],
     ["nothing at all", { reply: "  ", status: "error", error: "interrupted by restart" }, "Status: error\nResult: (no output)\nNotes: interrupted by restart"],
     ["sections without a result use the fallback", { reply: "Notes: only notes", status: "ok", fallbackResult: "the answer" }, "Status: ok\nResult: the answer\nNotes: only notes"],
+    ["an error the notes already name is not repeated", { reply: "Result: partial\nNotes: gave up after HTTP 500", status: "error", error: "HTTP 500" }, "Status: error\nResult: partial\nNotes: gave up after HTTP 500"],
+    ["an ok outcome carries no error note", { reply: "Result: done", status: "ok", error: "stale error" }, "Status: ok\nResult: done\nNotes: none"],
   ];
   it.each(cases)("R39 %s", (_name, input, expected) => {
     expect(normalizeAnnounce(input)).toBe(expected);
@@ -35,7 +37,10 @@ describe("R41 stats line", () => {
     [0, "0ms"],
     [850, "850ms"],
     [45_000, "45s"],
+    [59_600, "1m0s"],
+    [60_000, "1m0s"],
     [151_000, "2m31s"],
+    [3_600_000, "1h0m"],
     [3_900_000, "1h5m"],
     [183_600_000, "2d3h"],
   ])("formatDuration(%i) = %s", (ms, text) => expect(formatDuration(ms)).toBe(text));
@@ -51,6 +56,7 @@ describe("R41 stats line", () => {
   it.each([
     [1_000_000, 0, { input: 3, output: 15 }, "3.00"],
     [100, 50, { input: 1, output: 2 }, "0.0002"],
+    [10_000, 0, { input: 1, output: 2 }, "0.01"],
     [0, 0, { input: 1, output: 2 }, "0.0000"],
   ])("cost of %i in / %i out at %j = $%s", (input, output, cost, text) => {
     expect(formatCost(estimateCost(input, output, cost))).toBe(text);
@@ -63,6 +69,8 @@ describe("R41 stats line", () => {
 
   it("R41 without prices or usage the line says so and has no cost", () => {
     expect(formatStatsLine({ sessionKey: "k", sessionId: "i", transcriptPath: "p" })).toBe("Stats: runtime n/a • tokens n/a • sessionKey k • sessionId i • transcript p");
+    // Prices alone are no estimate: without token counts there is nothing to price.
+    expect(formatStatsLine({ cost: { input: 1, output: 2 }, sessionKey: "k", sessionId: "i", transcriptPath: "p" })).toBe("Stats: runtime n/a • tokens n/a • sessionKey k • sessionId i • transcript p");
   });
 });
 
@@ -124,9 +132,11 @@ describe("sub-agent prompts", () => {
     const context = subagentContextPrompt(base);
     expect(context.split("\n")[0]).toBe("Subagent context:");
     expect(context).toContain("Task: count the files");
-    const announce = subagentAnnouncePrompt({ ...base, status: "timeout", error: "run timed out after 1 s" });
+    expect(context).toContain("Label: count.");
+    const announce = subagentAnnouncePrompt({ ...base, status: "timeout", error: "run timed out after 1 s", finalReply: " 41 so far \n" });
     expect(announce.split("\n")[0]).toBe("Subagent announce step:");
     expect(announce).toContain('reply exactly "ANNOUNCE_SKIP"');
     expect(announce).toContain("timed out (run timed out after 1 s)");
+    expect(announce).toContain("Your final reply: 41 so far\n");
   });
 });

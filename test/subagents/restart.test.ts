@@ -11,7 +11,7 @@ import type { SubagentRun } from "../../src/agents/subagents/registry.js";
 import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
-import { callViaTelegram, features, settle, stepOf, toolDriver, type Step } from "../helpers/tool-driver.js";
+import { afterTool, callViaTelegram, features, settle, stepOf, toolDriver, type Step } from "../helpers/tool-driver.js";
 
 const GROUP_PEER = "-100888";
 let stateDir: string;
@@ -29,19 +29,27 @@ async function daemon(script: (req: ModelRequest, step: Step) => ModelReply | un
   return { h, telegram, announces: () => telegram.textsTo(GROUP_PEER).filter((t) => t.startsWith("Status:")) };
 }
 
-/** Down the way a stop past its drain window goes: in-flight runs are cut off, then stop. */
-async function goDown(h: Harness): Promise<void> {
-  await h.app.runtime.drain(0);
+/** Stop a daemon as a clean shutdown does, keeping its state for the next one. */
+async function stopKeeping(h: Harness): Promise<void> {
   running.splice(running.indexOf(h), 1);
   await h.stop({ keepState: true });
 }
 
-it("R37 a sub-agent run interrupted by a restart is announced exactly once, as an error", async () => {
+/** Down the way a stop past its drain window goes: in-flight runs are cut off, then stop. */
+async function goDown(h: Harness): Promise<void> {
+  await h.app.runtime.drain(0);
+  await stopKeeping(h);
+}
+
+it("R37 R41 a sub-agent run interrupted by a restart is announced exactly once, as an error, with the tokens it used before", async () => {
   stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-restart-"));
-  const a = await daemon((_req, step) => (step === "subagent" ? { delayMs: 30_000, content: "never arrives" } : undefined));
+  // One tool round (tokens counted), then a model call that never returns.
+  const a = await daemon((req, step) =>
+    step !== "subagent" ? undefined : afterTool(req) ? { delayMs: 30_000, content: "never arrives" } : { toolCalls: [{ name: "no_such_tool", arguments: {} }], usage: { prompt_tokens: 1000, completion_tokens: 200 } },
+  );
   const { result } = await callViaTelegram(a.h, { peerId: GROUP_PEER }, "sessions_spawn", { task: "long research" });
   expect(result.status).toBe("accepted");
-  await vi.waitFor(() => expect(a.h.model.requests.some((r) => stepOf(r) === "subagent")).toBe(true));
+  await vi.waitFor(() => expect(a.h.model.requests.filter((r) => stepOf(r) === "subagent")).toHaveLength(2));
   await goDown(a.h);
   expect(a.announces()).toEqual([]);
 
@@ -49,11 +57,11 @@ it("R37 a sub-agent run interrupted by a restart is announced exactly once, as a
   await settle(b.h);
   expect(b.announces()).toHaveLength(1);
   expect(b.announces()[0].split("\n").slice(0, 3)).toEqual(["Status: error", "Result: could not finish", "Notes: interrupted by restart; try again"]);
+  expect(b.announces()[0].split("\n")[3]).toMatch(/^Stats: runtime \S+ • tokens 1\.2k \(in 1k \/ out 200\) • /);
   expect(b.h.model.requests.filter((r) => stepOf(r) === "subagent-announce")).toHaveLength(1);
   expect(b.h.model.requests.filter((r) => stepOf(r) === "subagent")).toHaveLength(0);
   expect(features(b.h).subagents.get(result.runId)).toMatchObject({ outcome: { status: "error", error: "interrupted by restart" }, announcedAt: expect.any(Number) });
-  await b.h.stop({ keepState: true });
-  running.splice(running.indexOf(b.h), 1);
+  await stopKeeping(b.h);
 
   const c = await daemon(() => ({ content: "unexpected" }));
   await settle(c.h);
@@ -73,16 +81,63 @@ it("R37 a finished run whose announce did not complete announces once after a re
   await settle(b.h);
   expect(b.announces()).toHaveLength(1);
   expect(b.announces()[0].split("\n").slice(0, 3)).toEqual(["Status: ok", "Result: found it", "Notes: none"]);
+  // The announce came from b's own announce step, not from a degraded one a posted while stopping.
+  expect(b.h.model.requests.filter((r) => stepOf(r) === "subagent-announce")).toHaveLength(1);
   // Pretend the process died after the enqueue but before the record was marked announced.
   const space = b.h.app.kv.space<SubagentRun>("subagents");
   const record = (await space.get(result.runId))!;
   await space.set(result.runId, { ...record, announcedAt: undefined });
-  running.splice(running.indexOf(b.h), 1);
-  await b.h.stop({ keepState: true });
+  await stopKeeping(b.h);
 
   const c = await daemon((_req, step) => (step === "subagent-announce" ? { content: "Result: found it (again)" } : undefined));
   await settle(c.h);
   expect(c.h.model.requests.filter((r) => stepOf(r) === "subagent-announce")).toHaveLength(1);
   expect(c.announces()).toEqual([]);
   expect(c.h.app.outbox.get(`subagent-announce:${result.runId}`)).toMatchObject({ state: "sent", text: expect.stringContaining("Result: found it\n") });
+});
+
+it("R37 a delete-mode run announced just before the process died is cleaned up by the next daemon: child deleted, record dropped", async () => {
+  stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-restart-"));
+  const a = await daemon((_req, step) => (step === "subagent-announce" ? { content: "Result: done" } : undefined));
+  const { result } = await callViaTelegram(a.h, { peerId: GROUP_PEER }, "sessions_spawn", { task: "quick lookup" });
+  await settle(a.h);
+  expect(a.announces()).toHaveLength(1);
+  // Pretend it was a delete-mode run and the process died after the record was marked announced
+  // but before the cleanup deleted the child.
+  const space = a.h.app.kv.space<SubagentRun>("subagents");
+  const record = (await space.get(result.runId))!;
+  expect(record.announcedAt).toEqual(expect.any(Number));
+  await space.set(result.runId, { ...record, cleanup: "delete" });
+  await stopKeeping(a.h);
+
+  const b = await daemon(() => ({ content: "unexpected" }));
+  await settle(b.h);
+  expect(b.h.app.sessions.get(result.childSessionKey)).toBeUndefined();
+  expect(await b.h.app.kv.space<SubagentRun>("subagents").get(result.runId)).toBeUndefined();
+  expect(b.h.model.requests).toHaveLength(0);
+  expect(b.announces()).toEqual([]);
+});
+
+it("R40 archive times survive a restart: children whose time came while the daemon was down are archived at start, one not yet due is not", async () => {
+  stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-restart-"));
+  const a = await daemon((_req, step) => (step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined));
+  const spawnOne = async (task: string) => (await callViaTelegram(a.h, { peerId: GROUP_PEER }, "sessions_spawn", { task })).result;
+  const due = await spawnOne("one");
+  const dueArchived = await spawnOne("two");
+  const later = await spawnOne("three");
+  await settle(a.h);
+  const space = a.h.app.kv.space<SubagentRun>("subagents");
+  for (const run of [due, dueArchived]) await space.set(run.runId, { ...(await space.get(run.runId))!, archiveAt: Date.now() - 1 });
+  // Archived by hand meanwhile: the sweep keeps that time.
+  await a.h.app.sessions.upsert(dueArchived.childSessionKey, "main", { archivedAt: 1234 });
+  await stopKeeping(a.h);
+
+  const b = await daemon(() => undefined);
+  await vi.waitFor(() => expect(b.h.app.sessions.require(due.childSessionKey).archivedAt).toBeDefined());
+  await settle(b.h);
+  expect(b.h.app.sessions.require(dueArchived.childSessionKey).archivedAt).toBe(1234);
+  expect(features(b.h).subagents.get(due.runId)).toBeUndefined();
+  expect(features(b.h).subagents.get(dueArchived.runId)).toBeUndefined();
+  expect(b.h.app.sessions.require(later.childSessionKey).archivedAt).toBeUndefined();
+  expect(features(b.h).subagents.get(later.runId)).toMatchObject({ archiveAt: expect.any(Number), announcedAt: expect.any(Number) });
 });

@@ -5,6 +5,7 @@
 import { existsSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { formatDuration } from "../../src/agents/subagents/announce.js";
 import type { ConfigInput } from "../../src/config/schema.js";
 import type { AgentTool } from "../../src/tools/types.js";
 import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
@@ -145,6 +146,39 @@ describe("sessions_spawn", () => {
     await settle(h!);
     expect(h!.app.sessions.get(ok.childSessionKey)).toMatchObject({ model: "fake/m" });
   });
+
+  it("model: without a model parameter the target agent's subagents.model is used", async () => {
+    await boot({ agents: { ...AGENTS, list: AGENTS.list.map((a) => (a.id === "beta" ? { ...a, subagents: { model: "fake/m" } } : a)) } });
+    script = (_req, step) => (step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    const result = await spawn({ task: "t", agentId: "beta" });
+    expect(result).toMatchObject({ status: "accepted", model: "fake/m" });
+    await settle(h!);
+    expect(h!.app.sessions.get(result.childSessionKey)).toMatchObject({ model: "fake/m" });
+  });
+
+  it("a label already taken — even by an archived session — becomes the child's displayName, so a label names one session", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    await h!.app.sessions.upsert("agent:main:subagent:old", "main", { spawnedBy: REQ, label: "old", archivedAt: Date.now() });
+    const first = await spawn({ task: "t", label: "fresh" });
+    const second = await spawn({ task: "t", label: "fresh" });
+    const third = await spawn({ task: "t", label: "old" });
+    await settle(h!);
+    expect(h!.app.sessions.get(first.childSessionKey)).toMatchObject({ label: "fresh" });
+    for (const [child, name] of [[second, "fresh"], [third, "old"]] as const) {
+      expect(h!.app.sessions.get(child.childSessionKey)).toMatchObject({ displayName: name });
+      expect(h!.app.sessions.get(child.childSessionKey)?.label).toBeUndefined();
+    }
+  });
+
+  it("a run the runtime refuses (shutting down) is an error result and leaves no sub-agent record behind to announce later", async () => {
+    await boot();
+    const spawnTool = h!.app.toolsFor({ sessionKey: REQ, agentId: "main" }).find((t) => t.name === "sessions_spawn")!;
+    await h!.app.runtime.drain(0);
+    const result = await spawnTool.execute({ task: "late" }, { sessionKey: REQ, agentId: "main", runId: "r", signal: new AbortController().signal });
+    expect(result).toEqual({ status: "error", error: "daemon is shutting down; run not accepted", childSessionKey: expect.stringMatching(/^agent:main:subagent:/) });
+    expect(features(h!).subagents.spawnedBy(REQ)).toEqual([]);
+  });
 });
 
 describe("sub-agent announce", () => {
@@ -165,7 +199,52 @@ describe("sub-agent announce", () => {
     expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toMatchObject({ sessionKey: `${REQ}:topic:9`, kind: "announce", state: "sent" });
     const [step] = requestsOf("subagent-announce");
     expect(sessionOf(step)).toBe(result.childSessionKey);
+    expect(h!.app.runtime.get(`${result.runId}:announce`)).toMatchObject({ sessionKey: result.childSessionKey, lane: "subagent" });
     expect(systemOf(step)).toContain("Subagent announce step:\nYour task run has ended: completed.");
+  });
+
+  it("R37 spawned by a run with no chat origin (gateway agent call), the announce goes to the requester session's own chat route", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: "Result: via the gateway" } : undefined);
+    // A message in the group gives the requester session its chat route.
+    await h!.app.router.accept(inbound({ chatType: "group", peerId: GROUP_PEER, to: GROUP_PEER, wasMentioned: true, text: "hello" }));
+    await h!.app.router.idle();
+    const result = await callViaGateway(h!, REQ, "sessions_spawn", { task: "t" });
+    await settle(h!);
+    expect(announcesIn(GROUP_PEER).map((t) => t.split("\n")[1])).toEqual(["Result: via the gateway"]);
+    expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toMatchObject({ sessionKey: REQ, state: "sent" });
+  });
+
+  it("R37 a requester with no chat route gets no announce: nothing is queued, and the run still counts as announced so no restart retries it", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: "Result: nobody to tell" } : undefined);
+    const result = await callViaGateway(h!, "agent:main:ops", "sessions_spawn", { task: "t" });
+    await settle(h!);
+    expect(requestsOf("subagent-announce")).toHaveLength(1);
+    expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toBeUndefined();
+    expect(features(h!).subagents.get(result.runId)).toMatchObject({ announcedAt: expect.any(Number) });
+    expect(telegram.sent).toEqual([]);
+  });
+
+  it("R41 the stats runtime counts from the run's start: time queued for a sub-agent slot is not runtime", async () => {
+    await boot({ agents: { ...AGENTS, defaults: { subagents: { maxConcurrent: 1 } } } });
+    script = (_req, step) => (step === "subagent" ? { delayMs: 500, content: "done" } : step === "subagent-announce" ? { content: "Result: done" } : undefined);
+    await spawn({ task: "first" });
+    const second = await spawn({ task: "second" });
+    await settle(h!);
+    const info = h!.app.runtime.get(second.runId)!;
+    const text = announcesIn(GROUP_PEER).find((t) => t.includes(second.childSessionKey))!;
+    expect(text).toContain(`Stats: runtime ${formatDuration(info.endedAt! - info.startedAt!)} •`);
+  });
+
+  it("R40 archiveAfterMinutes 0 never archives: the child stays listed and its record is dropped after the announce", async () => {
+    await boot({ agents: { ...AGENTS, defaults: { subagents: { archiveAfterMinutes: 0 } } } });
+    script = (_req, step) => (step === "subagent-announce" ? { content: "Result: done" } : undefined);
+    const result = await spawn({ task: "t" });
+    await settle(h!);
+    expect(announcesIn(GROUP_PEER)).toHaveLength(1);
+    expect(features(h!).subagents.get(result.runId)).toBeUndefined();
+    expect(h!.app.sessions.require(result.childSessionKey).archivedAt).toBeUndefined();
   });
 
   it("R39 a failed run announces Status: error whatever the model says", async () => {
@@ -248,6 +327,8 @@ describe("sub-agent announce", () => {
     const listed = await admin.request("sessions.list", {});
     expect(listed.sessions.map((r: any) => r.key)).not.toContain(result.childSessionKey);
     expect(announcesIn(GROUP_PEER)).toHaveLength(1);
+    // Archived means done: nothing is left to sweep again.
+    await vi.waitFor(() => expect(features(h!).subagents.get(result.runId)).toBeUndefined());
   });
 
   it("deleting a running child (sessions.delete) stops it; the announce still comes, without recreating the session", async () => {
