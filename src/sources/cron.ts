@@ -35,9 +35,15 @@ export class CronScheduler {
         log.error({ agentId: job.agentId }, "cron job skipped: unknown agent id");
         continue;
       }
+      const agentId = normalizeAgentId(job.agentId ?? this.app.defaultAgentId);
+      const sessionAgent = this.app.sessions.get(cronSessionKey(job.id))?.agentId;
+      if (sessionAgent && sessionAgent !== agentId) {
+        // The session keeps the agent it was created with (its transcript lives under that agent).
+        log.warn({ agentId, sessionAgent }, `cron job runs under its session's agent "${sessionAgent}", not "${agentId}": sessions.delete ${cronSessionKey(job.id)} to move it`);
+      }
       try {
         const skipped = () => log.warn("cron job tick skipped: the previous run is still going");
-        const timer = new Cron(job.schedule, { name: `cron:${job.id}`, timezone: job.timezone, protect: skipped, unref: true }, async () => {
+        const timer = new Cron(job.schedule, { timezone: job.timezone, protect: skipped, unref: true }, async () => {
           const run = await this.fire(job).catch((err: unknown) => void log.error({ err: (err as Error).message }, "cron job run failed to start"));
           // Awaited to the end of the run: croner's protect skips the ticks that come meanwhile,
           // so a job slower than its schedule does not pile up runs behind itself.
@@ -46,7 +52,7 @@ export class CronScheduler {
         this.timers.push(timer);
         log.info({ schedule: job.schedule, next: timer.nextRun()?.toISOString() }, "cron job scheduled");
       } catch (err) {
-        log.error({ schedule: job.schedule, err: (err as Error).message }, "cron job skipped: invalid schedule");
+        log.error({ schedule: job.schedule, err: (err as Error).message }, "cron job skipped: invalid schedule or timezone");
       }
     }
   }

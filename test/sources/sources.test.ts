@@ -3,9 +3,11 @@
  * nodes (R5) — each lands in its own session kind and lists with channel "internal" (R25).
  */
 import { randomUUID } from "node:crypto";
+import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { RunEvent } from "../../src/agents/runtime.js";
 import { GatewayCallError } from "../../src/gateway/client.js";
+import { CronScheduler } from "../../src/sources/cron.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 import { callViaGateway, features, messagesOf, settle, toolDriver } from "../helpers/tool-driver.js";
@@ -95,6 +97,23 @@ describe("cron", () => {
     const hours = `${hourIn(zone!, now)},${hourIn(zone!, now + 3600_000)}`;
     h = await startHarness({ store: "memory", responder: toolDriver(), config: { cron: { jobs: [{ id: "zoned", schedule: `* * ${hours} * * *`, timezone: zone, message: "zoned hello" }] } } });
     await vi.waitFor(async () => expect((await messagesOf(h!.app, "cron:zoned")).some((m) => m.role === "assistant")).toBe(true), { timeout: 3000 });
+  });
+
+  it("a job whose agentId no longer matches its existing session's agent keeps the session's agent, and says so at start", async () => {
+    h = await startHarness({
+      store: "memory",
+      responder: toolDriver(),
+      config: { agents: { list: [{ id: "main", default: true }, { id: "ops" }] }, cron: { jobs: [{ id: "report", schedule: "0 0 1 1 *", message: "weekly report", agentId: "ops" }] } },
+    });
+    await h.app.sessions.upsert("cron:report", "main");
+    const warnings: Array<{ msg: string; agentId?: string; sessionAgent?: string }> = [];
+    const scheduler = new CronScheduler(h.app, pino({ level: "warn" }, { write: (line: string) => void warnings.push(JSON.parse(line)) }));
+    scheduler.start();
+    scheduler.stop();
+    expect(warnings).toEqual([expect.objectContaining({ agentId: "ops", sessionAgent: "main", msg: expect.stringContaining("sessions.delete cron:report to move it") })]);
+    const { done } = await scheduler.fire(h.app.config.cron.jobs[0]);
+    await done;
+    expect(h.app.sessions.get("cron:report")?.agentId).toBe("main");
   });
 
   it("stop() ends the schedule: no tick starts a run after it", async () => {
