@@ -2,6 +2,7 @@ import { execFile } from "node:child_process";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import type { ChannelHealth } from "../src/channels/types.js";
 import { MAX_RESUMES } from "../src/inbound/router.js";
 import { inbound, startHarness, type Harness } from "./helpers/harness.js";
 import { stateDirWithPending } from "./helpers/inbound-store.js";
@@ -46,5 +47,37 @@ describe("CLI gateway clients", () => {
     expect(await done).toMatchObject({ status: "failed" });
     const status = await run("node", [BIN, "status", "--url", h.url, "--token", "cli-token-123456"]);
     expect(status.stdout).toMatch(/outbox: 0 pending \(1 failed since start, see the log\)/);
+  });
+
+  it("status says a channel that failed to start is disconnected, with its error; the daemon runs on without it", async () => {
+    class DownAdapter extends RecordingAdapter {
+      override async start(): Promise<void> {
+        throw new Error("401: Unauthorized");
+      }
+      override health(): ChannelHealth {
+        return { connected: false, lastInboundAt: null, lastError: "401: Unauthorized" };
+      }
+    }
+    h = await startHarness({
+      config: { gateway: { auth: { token: "cli-token-123456" } }, channels: { webchat: { enabled: true }, telegram: { enabled: true, botToken: "123:abc" } } },
+      adapterFactories: { telegram: async () => new DownAdapter("telegram") },
+    });
+    const status = await run("node", [BIN, "status", "--url", h.url, "--token", "cli-token-123456"]);
+    expect(status.stdout).toMatch(/^telegram:default: disconnected, last error: 401: Unauthorized$/m);
+    expect(status.stdout).toMatch(/^webchat:default: connected$/m);
+  });
+
+  it("client commands take the token from SWITCHBOARD_GATEWAY_TOKEN when --token is not given", async () => {
+    h = await startHarness({ config: { gateway: { auth: { token: "cli-token-123456" } } } });
+    const status = await run("node", [BIN, "status", "--url", h.url], { env: { ...process.env, SWITCHBOARD_GATEWAY_TOKEN: "cli-token-123456" } });
+    expect(status.stdout).toMatch(/^switchboard /);
+  });
+
+  it("R27 sessions patch --send-policy inherit clears the session's override", async () => {
+    h = await startHarness({ config: { gateway: { auth: { token: "cli-token-123456" } } } });
+    await h.app.sessions.upsert("agent:main:main", "main", { sendPolicy: "deny" });
+    const patched = await run("node", [BIN, "sessions", "patch", "main", "--send-policy", "inherit", "--url", h.url, "--token", "cli-token-123456"]);
+    expect(patched.stdout.trim()).toBe("agent:main:main: sendPolicy=inherit");
+    expect(h.app.sessions.get("agent:main:main")?.sendPolicy).toBeUndefined();
   });
 });

@@ -21,7 +21,7 @@ import { deliveryContextOf, outboundTargetOf } from "../tools/delivery-route.js"
 import { safeParse } from "../util/safe-parse.js";
 
 export const HOOKS_PATH = "/hooks/agent";
-const MAX_BODY_BYTES = 256 * 1024;
+export const MAX_BODY_BYTES = 256 * 1024;
 /** `wait: true` answers within this, with status "timeout" if the run is still going. */
 const HOOK_WAIT_MS = 120_000;
 
@@ -88,6 +88,8 @@ async function handle(app: App, req: http.IncomingMessage, log: pino.Logger): Pr
   const target = p.channel && p.to ? normalizeDeliveryContext({ channel: p.channel, to: p.to, accountId: p.accountId }) : deliveryContextOf(existing);
   if (p.deliver && !target) throw new HttpProblem(400, "deliver needs channel and to (the session has no chat route)");
 
+  // Checked before anything is stored: a refused hook leaves no session behind.
+  if (!app.runtime.accepting) throw new HttpProblem(503, "the daemon is shutting down: hook not accepted, send it again once it is back");
   const runAgent = agentIdFromKey(sessionKey, existing?.agentId ?? agentId);
   if (!existing) await app.sessions.upsert(sessionKey, runAgent);
   const runId = `hook-${randomUUID()}`;

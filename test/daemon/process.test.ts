@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -66,5 +66,16 @@ describe("the daemon process", () => {
     }
     second.daemon.kill("SIGTERM");
     expect((await second.daemon.exited).code).toBe(0);
+  });
+
+  it("start --state-dir keeps the state there instead of the config's stateDir", async () => {
+    const { config, dir } = await setup();
+    const daemon = spawnDaemon(config, { args: ["--state-dir", path.join(dir, "elsewhere")] });
+    daemons.push(daemon);
+    await daemon.listening;
+    expect(existsSync(path.join(dir, "elsewhere", "switchboard.sqlite"))).toBe(true);
+    expect(existsSync(path.join(dir, "data"))).toBe(false);
+    daemon.kill("SIGTERM");
+    expect((await daemon.exited).code).toBe(0);
   });
 });

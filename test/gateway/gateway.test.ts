@@ -517,3 +517,128 @@ describe("gateway idempotency, events and limits", () => {
     expect((await c.request("chat.history", { sessionKey: "main" })).messages.map((m: any) => m.role)).toContain("toolResult");
   });
 });
+
+describe("gateway connection lifecycle", () => {
+  it("interfaces §3 events go to authenticated connections only: a socket still in its handshake gets no agent event", async () => {
+    h = await startHarness();
+    const waiting = await rawSocket(h.url);
+    expect((await waiting.next()).event).toBe("connect.challenge");
+    const c = await h.client();
+    const seen: string[] = [];
+    c.on("event", (name) => seen.push(name));
+    await c.request("agent", { message: "hi", idempotencyKey: "before-handshake" }, { expectFinal: true });
+    await vi.waitFor(() => expect(seen).toContain("agent"));
+    // The answer to this refused first frame comes after anything broadcast to the socket before it.
+    waiting.ws.send(JSON.stringify({ type: "req", id: "late", method: "health", params: {} }));
+    expect(await waiting.next()).toMatchObject({ type: "res", id: "late", ok: false });
+    expect(waiting.frames.filter((f) => f.type === "event")).toEqual([]);
+  });
+
+  it("interfaces §3 a tick event follows every tickIntervalMs on a connected socket", async () => {
+    h = await startHarness({ config: { gateway: { tickIntervalMs: 20 } } });
+    const c = await h.client();
+    const ticks: any[] = [];
+    c.on("event", (name, payload) => name === "tick" && ticks.push(payload));
+    await vi.waitFor(() => expect(ticks.length).toBeGreaterThanOrEqual(2));
+    expect(ticks[0]).toEqual({ ts: expect.any(Number) });
+  });
+
+  it("interfaces §3 no handshake within 10 s closes the socket", async () => {
+    h = await startHarness();
+    const s = await rawSocket(h.url);
+    await s.next();
+    const code = await new Promise<number>((resolve) => s.ws.once("close", (closeCode) => resolve(closeCode)));
+    expect(code).toBe(4008);
+  }, 20_000);
+
+  it("stopping the daemon tells connected clients (a shutdown event) and closes with 1012, service restart", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    const events: Array<[string, unknown]> = [];
+    c.on("event", (name, payload) => events.push([name, payload]));
+    const closed = new Promise<number>((resolve) => c.on("close", resolve));
+    const stopping = h;
+    h = undefined;
+    await stopping.stop();
+    expect(await closed).toBe(1012);
+    expect(events).toContainEqual(["shutdown", { reason: "daemon stopping" }]);
+  });
+
+  it("interfaces §3 a binary frame is refused with an error naming it; the connection stays open", async () => {
+    h = await startHarness();
+    const s = await connectedSocket(h.url);
+    s.ws.send(Buffer.from(JSON.stringify({ type: "req", id: "bin", method: "health", params: {} })));
+    expect(await s.next()).toMatchObject({ type: "res", ok: false, error: { code: "INVALID_REQUEST", message: expect.stringMatching(/binary frames are not supported/) } });
+    s.ws.send(JSON.stringify({ type: "req", id: "text", method: "health", params: {} }));
+    expect(await s.next()).toMatchObject({ id: "text", ok: true });
+    s.ws.close();
+  });
+
+  it.each([
+    ["3..3", 3, 3, 3],
+    ["4..9", 4, 4, 9],
+    ["1..3", 3, 1, 3],
+  ])("interfaces §3 a protocol range of %s is accepted with protocol %i", async (_range, protocol, minProtocol, maxProtocol) => {
+    h = await startHarness();
+    const s = await rawSocket(h.url);
+    await s.next();
+    s.ws.send(connectFrame({ minProtocol, maxProtocol }));
+    expect(await s.next()).toMatchObject({ id: "c", ok: true, payload: { protocol } });
+    s.ws.close();
+  });
+
+  it("a connect asking for no scopes gets read and write, not admin", async () => {
+    h = await startHarness();
+    const s = await rawSocket(h.url);
+    await s.next();
+    s.ws.send(connectFrame({ scopes: [] }));
+    expect(await s.next()).toMatchObject({ id: "c", ok: true, payload: { auth: { scopes: ["operator.read", "operator.write"] } } });
+    s.ws.send(JSON.stringify({ type: "req", id: "p", method: "sessions.patch", params: { key: "main", sendPolicy: "deny" } }));
+    expect(await s.next()).toMatchObject({ id: "p", ok: false, error: { code: "FORBIDDEN", details: { missingScope: "operator.admin" } } });
+    expect(h.app.sessions.size).toBe(0);
+    s.ws.close();
+  });
+
+  // The table of interfaces §3, written out here so that a change to METHOD_SCOPES is checked against it.
+  const SPEC_SCOPES: Array<[string, "operator.read" | "operator.write" | "operator.admin"]> = [
+    ["sessions.list", "operator.read"],
+    ["sessions.resolve", "operator.read"],
+    ["chat.history", "operator.read"],
+    ["health", "operator.read"],
+    ["chat.send", "operator.write"],
+    ["agent", "operator.write"],
+    ["agent.wait", "operator.write"],
+    ["send", "operator.write"],
+    ["sessions.patch", "operator.admin"],
+    ["sessions.reset", "operator.admin"],
+    ["sessions.delete", "operator.admin"],
+  ];
+  const BELOW = { "operator.read": undefined, "operator.write": "operator.read", "operator.admin": "operator.write" } as const;
+
+  it("interfaces §3 scopes: each method is FORBIDDEN one scope below its own (naming it) and let through with its own", async () => {
+    h = await startHarness();
+    const clients = { "operator.read": await h.client({ scopes: ["operator.read"] }), "operator.write": await h.client({ scopes: ["operator.write"] }), "operator.admin": await h.client({ scopes: ["operator.admin"] }) };
+    // Empty params: a method let through fails its params check (or answers), never FORBIDDEN, and changes nothing.
+    const codeOf = (scope: keyof typeof clients, method: string) => clients[scope].request(method, {}).then(() => "ok", (e: GatewayCallError) => e.code);
+    for (const [method, scope] of SPEC_SCOPES) {
+      const below = BELOW[scope];
+      if (below) await expect(clients[below].request(method, {}), `${method} with ${below}`).rejects.toMatchObject({ code: "FORBIDDEN", details: { missingScope: scope } });
+      expect(await codeOf(scope, method), `${method} with ${scope}`).not.toBe("FORBIDDEN");
+    }
+    expect(h.model.requests).toHaveLength(0);
+  });
+});
+
+describe("gateway send and bot accounts", () => {
+  it("send to an account no adapter runs is not sent through another account of that channel when there are several", async () => {
+    const a = new RecordingAdapter("telegram", "a");
+    const b = new RecordingAdapter("telegram", "b");
+    h = await startHarness({ adapters: [a, b] });
+    const c = await h.client();
+    await expect(c.request("send", { channel: "telegram", accountId: "ghost", to: "5", message: "for ghost", idempotencyKey: "ghost" })).rejects.toMatchObject({ code: "UNAVAILABLE" });
+    expect([...a.sent, ...b.sent]).toEqual([]);
+    expect(await c.request("send", { channel: "telegram", accountId: "b", to: "5", message: "for b", idempotencyKey: "to-b" })).toMatchObject({ status: "sent" });
+    expect(b.textsTo("5")).toEqual(["for b"]);
+    expect(a.sent).toEqual([]);
+  });
+});

@@ -32,9 +32,9 @@ export function writeConfig(dir: string, config: unknown, name = "config.json5")
   return file;
 }
 
-export function spawnDaemon(configFile: string, opts: { env?: NodeJS.ProcessEnv; execArgv?: string[] } = {}): DaemonProcess {
+export function spawnDaemon(configFile: string, opts: { env?: NodeJS.ProcessEnv; execArgv?: string[]; args?: string[] } = {}): DaemonProcess {
   const t0 = performance.now();
-  const child = spawn(process.execPath, [...(opts.execArgv ?? []), "src/bin.js", "start", "--config", configFile], {
+  const child = spawn(process.execPath, [...(opts.execArgv ?? []), "src/bin.js", "start", "--config", configFile, ...(opts.args ?? [])], {
     cwd: REPO_ROOT,
     env: { ...process.env, NODE_ENV: "production", ...opts.env },
     stdio: ["ignore", "pipe", "pipe"],

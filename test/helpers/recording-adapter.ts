@@ -2,7 +2,7 @@
  * A recording ChannelAdapter: the edge seen by the core tests (outbox, router, policy). Platform
  * SDKs are exercised against their own wire fakes in test/adapters and test/contract.
  */
-import type { ChannelAdapter, ChannelId, OutboundTarget, RateLimit, SendOptions, SendReceipt } from "../../src/channels/types.js";
+import type { ChannelAdapter, ChannelHealth, ChannelId, OutboundTarget, RateLimit, SendOptions, SendReceipt } from "../../src/channels/types.js";
 import { PlatformError } from "../../src/channels/types.js";
 
 export interface SentMessage {
@@ -49,7 +49,7 @@ export class RecordingAdapter implements ChannelAdapter {
     return this.limits;
   }
 
-  health() {
+  health(): ChannelHealth {
     return { connected: true, lastInboundAt: null, lastError: null };
   }
 

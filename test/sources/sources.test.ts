@@ -8,7 +8,8 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import type { RunEvent } from "../../src/agents/runtime.js";
 import { GatewayCallError } from "../../src/gateway/client.js";
 import { CronScheduler } from "../../src/sources/cron.js";
-import { startHarness, type Harness } from "../helpers/harness.js";
+import { MAX_BODY_BYTES } from "../../src/sources/hooks.js";
+import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 import { callViaGateway, features, messagesOf, settle, toolDriver } from "../helpers/tool-driver.js";
 
@@ -225,6 +226,81 @@ describe("hooks: POST /hooks/agent", () => {
       expect(((await res.json()) as { error: string }).error).toMatch(message);
     }
     expect(h.model.requests).toHaveLength(0);
+  });
+
+  it("hooks.enabled without hooks.token refuses every request with 401, an empty token included", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { hooks: { enabled: true, token: "" } } });
+    for (const headers of [{}, { authorization: "Bearer " }, { "x-switchboard-token": "" }, { authorization: "Bearer anything" }] as Array<Record<string, string>>) {
+      expect((await post({ message: "x" }, headers)).status, JSON.stringify(headers)).toBe(401);
+    }
+    expect(h.model.requests).toHaveLength(0);
+  });
+
+  it("the hook token is compared whole: a prefix of it or an empty Bearer is refused", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
+    for (const headers of [{ authorization: `Bearer ${TOKEN.slice(0, -1)}` }, { authorization: `Bearer ${TOKEN.slice(0, 4)}` }, { "x-switchboard-token": TOKEN.slice(0, 1) }, { authorization: "Bearer " }] as Array<Record<string, string>>) {
+      expect((await post({ message: "x" }, headers)).status, JSON.stringify(headers)).toBe(401);
+    }
+    expect(h.model.requests).toHaveLength(0);
+  });
+
+  it("a body of exactly the limit is served; one byte more is refused with 413 and starts no run", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
+    // JSON allows whitespace before the closing brace, so padding changes the size and nothing else.
+    const body = (bytes: number) => {
+      const head = JSON.stringify({ message: "big" }).slice(0, -1);
+      return `${head}${" ".repeat(bytes - Buffer.byteLength(head) - 1)}}`;
+    };
+    const at = await post(body(MAX_BODY_BYTES));
+    expect(at.status).toBe(202);
+    await h.app.runtime.wait(((await at.json()) as { runId: string }).runId, 5000);
+    const over = await post(body(MAX_BODY_BYTES + 1));
+    expect(over.status).toBe(413);
+    expect(((await over.json()) as { error: string }).error).toMatch(/body too large/);
+    expect(h.model.requests).toHaveLength(1);
+  });
+
+  it("R4 a session named global or unknown is refused (400), not run", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
+    for (const sessionKey of ["global", "unknown"]) {
+      const res = await post({ message: "x", sessionKey });
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as { error: string }).error).toMatch(/is reserved/);
+    }
+    expect(h.model.requests).toHaveLength(0);
+  });
+
+  it("a reply is delivered only when asked, and to the channel and to given rather than the session's own chat", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ store: "memory", adapters: [telegram], responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
+    await h.app.router.accept(inbound({ text: "hi", peerId: "1001", to: "1001" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: hi"]));
+    const chat = h.app.sessions.list().find((e) => e.lastTo === "1001")!.key;
+    const quiet = await post({ message: "quiet", sessionKey: chat, wait: true });
+    expect(await quiet.json()).toMatchObject({ status: "ok", reply: "echo: quiet" });
+    const loud = (await (await post({ message: "loud", sessionKey: chat, deliver: true, channel: "telegram", to: "4242" })).json()) as { runId: string };
+    await vi.waitFor(() => expect(telegram.textsTo("4242")).toEqual(["echo: loud"]));
+    expect(h.app.outbox.get(`hook:${loud.runId}`)).toMatchObject({ target: { to: "4242" } });
+    expect(telegram.textsTo("1001")).toEqual(["echo: hi"]);
+  });
+
+  it("agentId picks the agent: a sessionKey is that agent's, and an agent:<id>: chat key runs as its agent", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN }, agents: { list: [{ id: "main", default: true }, { id: "ops" }] } } });
+    const named = (await (await post({ message: "x", agentId: "ops", sessionKey: "main", wait: true })).json()) as { runId: string; sessionKey: string };
+    expect(named.sessionKey).toBe("agent:ops:main");
+    expect(h.app.runtime.get(named.runId)).toMatchObject({ sessionKey: "agent:ops:main", agentId: "ops" });
+    const keyed = (await (await post({ message: "x", sessionKey: "agent:ops:telegram:group:-5", wait: true })).json()) as { runId: string };
+    expect(h.app.runtime.get(keyed.runId)).toMatchObject({ sessionKey: "agent:ops:telegram:group:-5", agentId: "ops" });
+    expect(h.app.sessions.get("agent:ops:telegram:group:-5")?.agentId).toBe("ops");
+  });
+
+  it("wait: true reports a failed run as status error with its error; the hook's text is recorded as external input", async () => {
+    h = await startHarness({ store: "memory", responder: () => ({ status: 400, error: "model refused" }), config: { hooks: { enabled: true, token: TOKEN } } });
+    const res = await post({ message: "will fail", sessionKey: "hook:failing", wait: true });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ runId: expect.any(String), sessionKey: "hook:failing", status: "error", error: expect.stringMatching(/model refused/) });
+    const said = (await messagesOf(h.app, "hook:failing")).find((m) => m.role === "user");
+    expect(said).toMatchObject({ content: "will fail", provenance: { kind: "external_user" }, sender: { id: "hook" } });
   });
 
   it("404 when hooks are disabled", async () => {

@@ -1,0 +1,91 @@
+/**
+ * The daemon's start and stop in-process: a channel that cannot be created or started is left
+ * out while the rest runs, and a stop finishes the work in flight before it closes the store.
+ */
+import { readFileSync, rmSync } from "node:fs";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { echoLastUser, FakeModelServer } from "../fakes/model-server.js";
+import { inbound, startHarness, type Harness } from "../helpers/harness.js";
+import { RecordingAdapter } from "../helpers/recording-adapter.js";
+import { features } from "../helpers/tool-driver.js";
+
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+/** A harness whose model answers after `delayMs`, stopped by the test itself (state kept for it to read). */
+async function slowHarness(delayMs: number, adapters: RecordingAdapter[] = []): Promise<Harness> {
+  const model = new FakeModelServer(async (req, i) => ({ ...(await echoLastUser(req, i)), delayMs }));
+  cleanups.push(() => model.stop());
+  const h = await startHarness({ model, adapters });
+  cleanups.push(() => rmSync(h.stateDir, { recursive: true, force: true }));
+  return h;
+}
+
+describe("daemon lifecycle", () => {
+  it("a channel whose adapter cannot be created is left out; the daemon starts and serves the others", async () => {
+    const h = await startHarness({
+      config: { channels: { webchat: { enabled: true }, telegram: { enabled: true, botToken: "123:abc" } } },
+      adapterFactories: {
+        telegram: async () => {
+          throw new Error("telegram SDK failed to load");
+        },
+      },
+    });
+    cleanups.push(() => h.stop());
+    const c = await h.client();
+    const health = await c.request("health", {});
+    expect(Object.keys(health.channels)).toEqual(["webchat:default"]);
+    expect(await c.request("agent", { message: "still here", idempotencyKey: "up" }, { expectFinal: true })).toMatchObject({ status: "ok" });
+  });
+
+  it("stop waits for a run in flight: its reply is in the transcript when stop returns", async () => {
+    const h = await slowHarness(800);
+    const c = await h.client();
+    await c.request("agent", { message: "slow one", idempotencyKey: "in-flight" });
+    await vi.waitFor(() => expect(h.model.requests).toHaveLength(1));
+    await h.stop({ keepState: true });
+    expect(h.app.runtime.get("in-flight")).toMatchObject({ status: "ok", reply: "echo: slow one" });
+    const entry = h.app.sessions.require("agent:main:main");
+    const lines = readFileSync(h.app.sessions.transcriptPath(entry), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.filter((l) => l.type === "message").map((l) => l.message.role)).toEqual(["user", "assistant"]);
+  });
+
+  it("stop waits for a chat message in flight: its reply is sent before stop returns", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    const h = await slowHarness(800, [telegram]);
+    await h.app.router.accept(inbound({ text: "answer before you go", peerId: "1001", to: "1001" }));
+    await vi.waitFor(() => expect(h.model.requests).toHaveLength(1));
+    await h.stop({ keepState: true });
+    expect(telegram.textsTo("1001")).toEqual(["echo: answer before you go"]);
+  });
+
+  it("stop waits for background work (agent-to-agent flows, announces) still running", async () => {
+    const h = await slowHarness(0);
+    let finished = false;
+    features(h).background.run("test work", {}, async () => {
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      finished = true;
+    });
+    await h.stop({ keepState: true });
+    expect(finished).toBe(true);
+  });
+
+  it("a hook arriving while the daemon drains is answered 503 at once, not left hanging, and starts no run nor leaves a session", async () => {
+    const model = new FakeModelServer(async (req, i) => ({ ...(await echoLastUser(req, i)), delayMs: 800 }));
+    cleanups.push(() => model.stop());
+    const h = await startHarness({ model, config: { hooks: { enabled: true, token: "hook-token-123456" } } });
+    const c = await h.client();
+    await c.request("agent", { message: "keeps the drain busy", idempotencyKey: "busy" });
+    await vi.waitFor(() => expect(model.requests).toHaveLength(1));
+    const stopping = h.stop();
+    await vi.waitFor(() => expect(h.app.runtime.accepting).toBe(false));
+    const res = await fetch(`${h.url.replace("ws://", "http://")}hooks/agent`, { method: "POST", headers: { authorization: "Bearer hook-token-123456", "content-type": "application/json" }, body: JSON.stringify({ message: "too late" }) });
+    expect(res.status).toBe(503);
+    expect(await res.json()).toEqual({ error: "the daemon is shutting down: hook not accepted, send it again once it is back" });
+    await stopping;
+    expect(model.requests).toHaveLength(1);
+    expect(h.app.sessions.list().filter((e) => e.key.startsWith("hook:"))).toEqual([]);
+  });
+});
