@@ -106,6 +106,7 @@ function uniqueCronIds(jobs: Array<{ id: string }>, ctx: z.RefinementCtx): void 
     else ctx.addIssue({ code: "custom", path: [i, "id"], message: `cron job id "${job.id}" is already the id of jobs[${earlier}] (ids name the job's cron:<id> session, compared case-insensitively)` });
   });
 }
+
 export const ConfigSchema = z.strictObject({
   stateDir: z.string().default("./data"),
   store: z.strictObject({ url: z.string().min(1).optional() }).default({}),

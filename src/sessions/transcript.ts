@@ -30,14 +30,15 @@ const TAIL_MESSAGES = 64;
 const MAX_TAILS = 2000;
 /** A synchronous append slower than this is a slow one (a slow or remote disk blocks the event loop). */
 const SLOW_SYNC_WRITE_MS = 20;
+/** Appends whose times are remembered (one bit each). */
+const RECENT_WRITES = 16;
 /**
- * Appends turn asynchronous for good once this many of the last 16 were slow. One slow write is
- * not a slow disk: on a busy host the process is now and then descheduled mid-write, and a single
- * 22 ms write under load (bench/, a loaded 2-vCPU host) used to send every later append of the
- * process through the thread pool, behind SQLite.
+ * Appends turn asynchronous for good once this many of the last RECENT_WRITES were slow. One
+ * slow write is not a slow disk: on a busy host the process is now and then descheduled
+ * mid-write, and a single 22 ms write under load (bench/, a loaded 2-vCPU host) used to send
+ * every later append of the process through the thread pool, behind SQLite.
  */
 const SLOW_WRITES_TO_SWITCH = 4;
-const RECENT_WRITES_MASK = 0xffff;
 /** Append handles kept open (least recently used closed first). */
 const MAX_OPEN_FILES = 1024;
 
@@ -113,18 +114,17 @@ export class TranscriptStore {
   private readonly handles = new Map<string, Promise<fs.FileHandle>>();
   /** The handles of `handles` that have opened, for synchronous appends. */
   private readonly open = new Map<string, fs.FileHandle>();
-  /** Appends are written synchronously until SLOW_WRITES_TO_SWITCH of the last 16 were slow. */
+  /** Appends are written synchronously until SLOW_WRITES_TO_SWITCH of the last RECENT_WRITES were slow. */
   syncWrites = true;
   /** One bit per recent synchronous append, newest lowest: set for a slow one. */
   private recentSlow = 0;
-
+  /** Lines appended per file in this process (tells a read that raced an append). */
+  private readonly appended = new Map<string, number>();
   private readonly now: () => number;
 
   constructor(private readonly opts: { log?: pino.Logger; /** Times appends (tests). */ now?: () => number } = {}) {
     this.now = opts.now ?? (() => performance.now());
   }
-  /** Lines appended per file in this process (tells a read that raced an append). */
-  private readonly appended = new Map<string, number>();
 
   async appendMessage(ref: TranscriptRef, message: TranscriptMessage): Promise<string> {
     const id = randomUUID().slice(0, 8);
@@ -228,11 +228,11 @@ export class TranscriptStore {
 
   private noteWriteTime(ms: number): void {
     const slow = ms > SLOW_SYNC_WRITE_MS;
-    this.recentSlow = ((this.recentSlow << 1) | (slow ? 1 : 0)) & RECENT_WRITES_MASK;
+    this.recentSlow = ((this.recentSlow << 1) | (slow ? 1 : 0)) & ((1 << RECENT_WRITES) - 1);
     if (!slow || bitCount(this.recentSlow) < SLOW_WRITES_TO_SWITCH) return;
     this.syncWrites = false;
     this.opts.log?.warn(
-      { slowWrites: SLOW_WRITES_TO_SWITCH, ofLast: 16, lastMs: Math.round(ms) },
+      { slowWrites: SLOW_WRITES_TO_SWITCH, ofLast: RECENT_WRITES, lastMs: Math.round(ms) },
       `transcript appends are slow (over ${SLOW_SYNC_WRITE_MS} ms): writing them through the thread pool from now on, so they no longer block the event loop`,
     );
   }
