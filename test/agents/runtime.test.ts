@@ -1,6 +1,8 @@
 import { afterEach, describe, expect, it } from "vitest";
+import type { AgentTool } from "../../src/tools/types.js";
 import { echoLastUser, type ModelRequest } from "../fakes/model-server.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
+import { messagesOf } from "../helpers/tool-driver.js";
 
 let h: Harness | undefined;
 afterEach(async () => {
@@ -48,5 +50,160 @@ describe("agent runtime lanes", () => {
     // Run in order, the second run's model call sees the first exchange in its history.
     const secondReq = h.model.requests.find((r) => lastUserText(r) === "second")!;
     expect(secondReq.messages.some((m) => m.role === "assistant" && JSON.stringify(m.content).includes("echo: first"))).toBe(true);
+  });
+});
+
+/** A test tool the model can call; `run` decides what it returns (and when). */
+const tool = (name: string, run: () => Promise<unknown>): AgentTool => ({ name, description: `test tool ${name}`, parameters: { type: "object", properties: {} }, execute: run });
+
+const MAIN = "agent:main:main";
+
+describe("agent runtime limits", () => {
+  it("agents.defaults.runTimeoutSeconds ends a run whose model never answers", async () => {
+    h = await startHarness({ config: { agents: { defaults: { runTimeoutSeconds: 0.2 } } }, responder: () => ({ content: "late", delayMs: 60_000 }) });
+    const run = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "hi" });
+    expect(await run.done).toMatchObject({ status: "timeout", error: "run timed out after 200 ms" });
+  });
+
+  it("maxToolRounds stops a model that keeps calling tools after exactly that many model calls", async () => {
+    let executed = 0;
+    h = await startHarness({
+      config: { agents: { defaults: { maxToolRounds: 3 } } },
+      responder: () => ({ toolCalls: [{ name: "count", arguments: {} }] }),
+      plugins: [(d) => d.app.addTools([tool("count", async () => ({ status: "ok", n: ++executed }))])],
+    });
+    const run = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "loop" });
+    expect(await run.done).toMatchObject({ status: "error", error: "run stopped after 3 tool rounds (agents.defaults.maxToolRounds)" });
+    expect(h.model.requests).toHaveLength(3);
+    expect(executed).toBe(3);
+  });
+
+  it("an abort during a tool call runs none of the round's remaining tools", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let entered!: () => void;
+    const inFirstTool = new Promise<void>((r) => (entered = r));
+    const ran: string[] = [];
+    h = await startHarness({
+      responder: (_req, i) => (i === 0 ? { toolCalls: [{ name: "hold", arguments: {} }, { name: "count", arguments: {} }] } : { content: "done" }),
+      plugins: [
+        (d) =>
+          d.app.addTools([
+            // Ignores the run's signal, like a tool that cannot be interrupted.
+            tool("hold", async () => (ran.push("hold"), entered(), await held, { status: "ok" })),
+            tool("count", async () => (ran.push("count"), { status: "ok" })),
+          ]),
+      ],
+    });
+    const run = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "two tools" });
+    await inFirstTool;
+    expect(h.app.runtime.abort(run.runId, "stopped by /stop")).toBe(true);
+    release();
+    expect(await run.done).toMatchObject({ status: "timeout", error: "run aborted: stopped by /stop" });
+    expect(ran).toEqual(["hold"]);
+    expect(h.model.requests).toHaveLength(1);
+  });
+
+  it("a queued run aborted before its turn leaves no trace in the session for the next run's model", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    h = await startHarness({
+      responder: async (req, i) => {
+        if (lastUserText(req) === "first") await gate;
+        return echoLastUser(req, i);
+      },
+    });
+    const rt = h.app.runtime;
+    const first = rt.start({ sessionKey: MAIN, agentId: "main", message: "first" });
+    const second = rt.start({ sessionKey: MAIN, agentId: "main", message: "cancelled" });
+    await h.model.waitForRequests(1);
+    rt.abort(second.runId, "stopped by /stop");
+    release();
+    expect(await first.done).toMatchObject({ status: "ok" });
+    expect(await second.done).toMatchObject({ status: "timeout", error: "run aborted: stopped by /stop" });
+    await rt.start({ sessionKey: MAIN, agentId: "main", message: "third" }).done;
+    expect(JSON.stringify(h.model.requests)).not.toContain("cancelled");
+  });
+
+  it("starting a run again with the runId of a run in flight returns that run instead of a second model call", async () => {
+    h = await startHarness();
+    const a = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "once", runId: "run-1" });
+    const b = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "once", runId: "run-1" });
+    expect(b.done).toBe(a.done);
+    expect(await a.done).toMatchObject({ status: "ok", reply: "echo: once" });
+    expect(h.model.requests).toHaveLength(1);
+  });
+
+  it("token usage adds up over a run's model calls and over the session's runs; a good run clears abortedLastRun", async () => {
+    h = await startHarness({
+      responder: (req) => (req.messages.at(-1)?.role === "user" ? { toolCalls: [{ name: "count", arguments: {} }], usage: { prompt_tokens: 10, completion_tokens: 1 } } : { content: "ok", usage: { prompt_tokens: 20, completion_tokens: 2 } }),
+      plugins: [(d) => d.app.addTools([tool("count", async () => ({ status: "ok" }))])],
+    });
+    await h.app.sessions.upsert(MAIN, "main", { abortedLastRun: true });
+    const first = await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "one" }).done;
+    expect(first.usage).toEqual({ input: 30, output: 3 });
+    await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "two" }).done;
+    expect(h.app.sessions.get(MAIN)).toMatchObject({ inputTokens: 60, outputTokens: 6, totalTokens: 66, contextTokens: 20, lastModel: "fake/m", abortedLastRun: false });
+  });
+
+  it("drain aborts the runs still in flight when its wait runs out", async () => {
+    h = await startHarness({ responder: () => ({ content: "late", delayMs: 60_000 }) });
+    const run = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "slow" });
+    await h.model.waitForRequests(1);
+    await h.app.runtime.drain(0);
+    expect(await run.done).toMatchObject({ status: "timeout", error: "run aborted: daemon shutting down" });
+  });
+
+  it("tool answers with status forbidden or error, and a tool that throws, are recorded as error results; the run goes on", async () => {
+    const names = ["deny", "fail", "throws", "fine"];
+    h = await startHarness({
+      responder: (req) => (req.messages.at(-1)?.role === "user" ? { toolCalls: names.map((name) => ({ name, arguments: {} })) } : { content: "  all done \n" }),
+      plugins: [
+        (d) =>
+          d.app.addTools([
+            tool("deny", async () => ({ status: "forbidden" })),
+            tool("fail", async () => ({ status: "error", error: "x" })),
+            tool("throws", async () => {
+              throw new Error("disk full");
+            }),
+            tool("fine", async () => ({ status: "ok" })),
+          ]),
+      ],
+    });
+    // The reply is trimmed: a model's trailing newline must not become an empty chat line.
+    expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "four tools" }).done).toMatchObject({ status: "ok", reply: "all done" });
+    const results = (await messagesOf(h.app, MAIN)).flatMap((m) => (m.role === "toolResult" ? [[m.toolName, m.isError, m.content[0].text]] : []));
+    expect(results).toEqual([
+      ["deny", true, '{"status":"forbidden"}'],
+      ["fail", true, '{"status":"error","error":"x"}'],
+      ["throws", true, '{"status":"error","error":"throws failed: disk full"}'],
+      ["fine", false, '{"status":"ok"}'],
+    ]);
+  });
+
+  it.each([
+    { lane: "main" as const, defaults: { maxConcurrent: 1 } },
+    { lane: "subagent" as const, defaults: { maxConcurrent: 4, subagents: { maxConcurrent: 1 } } },
+  ])("the $lane lane's concurrency bound holds across sessions: another session's run waits for a free slot", async ({ lane, defaults }) => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    h = await startHarness({
+      config: { agents: { defaults } },
+      responder: async (req, i) => {
+        if (lastUserText(req) === "first") await gate;
+        return echoLastUser(req, i);
+      },
+    });
+    const first = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "first", lane });
+    const other = h.app.runtime.start({ sessionKey: "agent:main:telegram:group:-7", agentId: "main", message: "other", lane });
+    try {
+      // A free slot would have started the other run within microtasks of start(), long before the first run's request crossed the socket.
+      await h.model.waitForRequests(1);
+      expect(other.info.status).toBe("queued");
+    } finally {
+      release();
+    }
+    expect(await other.done).toMatchObject({ status: "ok", reply: "echo: other" });
+    expect(other.info.startedAt).toBeGreaterThanOrEqual(first.info.endedAt!);
   });
 });

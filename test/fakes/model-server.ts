@@ -26,6 +26,8 @@ export type ModelReply = {
   status?: number;
   /** Error message for the OpenAI-shaped error body. */
   error?: string;
+  /** Extra headers on an error answer (`retry-after`, `x-should-retry`…). */
+  headers?: Record<string, string>;
 };
 
 /** `index` is the request's position in `requests` (0 for the first request ever received). */
@@ -138,7 +140,7 @@ export class FakeModelServer {
     if (reply.delayMs && !(await waitWhileConnected(res, reply.delayMs))) return;
     if (reply.error !== undefined || (reply.status !== undefined && reply.status >= 400)) {
       const status = reply.status ?? 500;
-      sendError(res, status, reply.error ?? `HTTP ${status}`);
+      sendError(res, status, reply.error ?? `HTTP ${status}`, reply.headers);
       return;
     }
     const completion = buildCompletion(body, reply, index);
@@ -249,16 +251,16 @@ function waitWhileConnected(res: ServerResponse, ms: number): Promise<boolean> {
   });
 }
 
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
+function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.writeHead(status, { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(text) });
   res.end(text);
 }
 
-function sendError(res: ServerResponse, status: number, message: string): void {
+function sendError(res: ServerResponse, status: number, message: string, headers?: Record<string, string>): void {
   const code = status === 401 ? "invalid_api_key" : status === 429 ? "rate_limit_exceeded" : null;
   const type = status >= 500 ? "server_error" : status === 429 ? "rate_limit_error" : "invalid_request_error";
-  sendJson(res, status, { error: { message, type, code, param: null } });
+  sendJson(res, status, { error: { message, type, code, param: null } }, headers);
 }
 
 async function readBody(req: IncomingMessage): Promise<string> {

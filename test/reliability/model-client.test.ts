@@ -7,9 +7,9 @@
  */
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { createOpenAiChatProvider } from "../../src/agents/models/openai-chat.js";
-import { FakeModelServer } from "../fakes/model-server.js";
+import { FakeModelServer, type ModelReply } from "../fakes/model-server.js";
 
 const servers: Array<{ stop(): Promise<void> }> = [];
 afterEach(async () => {
@@ -21,6 +21,29 @@ async function fake(responder: ConstructorParameters<typeof FakeModelServer>[0])
   const baseUrl = await model.start();
   servers.push(model);
   return { model, baseUrl };
+}
+
+/** A bare HTTP server for answers the fake model server cannot give (non-JSON bodies, redirects). */
+async function raw(status: number, body: string): Promise<{ baseUrl: string; hits: () => number }> {
+  let hits = 0;
+  const server = http.createServer((_req, res) => {
+    hits++;
+    res.writeHead(status, { "content-type": "text/plain" }).end(body);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  servers.push({ stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) });
+  return { baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, hits: () => hits };
+}
+
+/**
+ * Under fake timers: waits until the client has scheduled its retry wait, runs it, and returns
+ * how long it was on the fake clock (exact, unlike a wall-clock measurement).
+ */
+async function nextRetryWait(): Promise<number> {
+  while (vi.getTimerCount() === 0) await new Promise((r) => setImmediate(r));
+  const before = Date.now();
+  vi.advanceTimersToNextTimer();
+  return Date.now() - before;
 }
 
 const ask = (baseUrl: string, extra: Partial<Parameters<typeof createOpenAiChatProvider>[0]> = {}, signal?: AbortSignal) =>
@@ -80,5 +103,64 @@ describe("model client robustness", () => {
     const { baseUrl } = await fake(() => ({ content: null, toolCalls: [{ name: "sessions_list", arguments: { limit: 2 } }], usage: { prompt_tokens: 7, completion_tokens: 3 } }));
     const res = await ask(baseUrl);
     expect(res).toMatchObject({ content: "", toolCalls: [{ name: "sessions_list", arguments: '{"limit":2}' }], usage: { input: 7, output: 3 }, finishReason: "tool_calls" });
+  });
+
+  it("model-client: x-should-retry: false stops the retry of a 503", async () => {
+    const { model, baseUrl } = await fake(() => ({ status: 503, error: "overloaded", headers: { "x-should-retry": "false" } }));
+    await expect(ask(baseUrl)).rejects.toThrow("HTTP 503");
+    expect(model.requests).toHaveLength(1);
+  });
+
+  it("model-client: waits exactly what retry-after-ms and retry-after ask for", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
+    try {
+      const replies: ModelReply[] = [{ status: 429, error: "slow down", headers: { "retry-after-ms": "1234" } }, { status: 503, error: "busy", headers: { "retry-after": "7" } }, { content: "fine" }];
+      const { baseUrl } = await fake((_req, i) => replies[i]);
+      const call = ask(baseUrl);
+      expect(await nextRetryWait()).toBe(1234);
+      expect(await nextRetryWait()).toBe(7000);
+      expect((await call).content).toBe("fine");
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("model-client: a retry-after of an hour is not waited out; the normal backoff applies", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
+    try {
+      const { model, baseUrl } = await fake((_req, i) => (i === 0 ? { status: 429, error: "quota", headers: { "retry-after": "3600" } } : { content: "fine" }));
+      const call = ask(baseUrl);
+      expect(await nextRetryWait()).toBeLessThanOrEqual(500);
+      expect((await call).content).toBe("fine");
+      expect(model.requests).toHaveLength(2);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("model-client: an answer that is not JSON fails at once instead of being retried", async () => {
+    const { baseUrl, hits } = await raw(200, "<html>proxy login</html>");
+    await expect(ask(baseUrl)).rejects.toThrow("model returned invalid JSON: <html>proxy login</html>");
+    expect(hits()).toBe(1);
+  });
+
+  it("model-client: a redirect is an error with its status, not a reply to parse", async () => {
+    const { baseUrl, hits } = await raw(301, "Moved Permanently");
+    await expect(ask(baseUrl)).rejects.toThrow("model call failed (p/m, HTTP 301): 301 Moved Permanently");
+    expect(hits()).toBe(1);
+  });
+
+  it("model-client: an Ollama-style {\"error\": \"…\"} body reads as '<status> <message>'", async () => {
+    const { baseUrl } = await raw(404, JSON.stringify({ error: "model 'm' not found" }));
+    await expect(ask(baseUrl)).rejects.toThrow(/\): 404 model 'm' not found$/);
+  });
+
+  it("model-client: a call whose signal is already aborted sends nothing", async () => {
+    const { model, baseUrl } = await fake(() => ({ content: "should not be asked" }));
+    const ac = new AbortController();
+    ac.abort(new Error("stopped before the call"));
+    await expect(ask(baseUrl, {}, ac.signal)).rejects.toThrow("stopped before the call");
+    // A request that reached the server would cost tokens for a run the user already stopped.
+    expect(model.requests).toHaveLength(0);
   });
 });

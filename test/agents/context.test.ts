@@ -1,0 +1,45 @@
+/**
+ * The model's view of a session (src/agents/context.ts): what the provider would reject (tool
+ * results without their call, calls without their results) never reaches it, and inter-session
+ * turns carry their provenance prefix once (R20).
+ */
+import { describe, expect, it } from "vitest";
+import { buildModelMessages } from "../../src/agents/context.js";
+import type { TranscriptMessage } from "../../src/sessions/transcript.js";
+
+const t = 1;
+const user = (content: string, provenance?: Extract<TranscriptMessage, { role: "user" }>["provenance"]): TranscriptMessage => ({ role: "user", content, timestamp: t, ...(provenance ? { provenance } : {}) });
+const call = (...ids: string[]): TranscriptMessage => ({ role: "assistant", content: [{ type: "text", text: "checking" }, ...ids.map((id) => ({ type: "toolCall" as const, id, name: "sessions_list", arguments: {} }))], timestamp: t } as TranscriptMessage);
+const result = (id: string): TranscriptMessage => ({ role: "toolResult", toolCallId: id, toolName: "sessions_list", content: [{ type: "text", text: `result ${id}` }], isError: false, timestamp: t });
+const build = (history: TranscriptMessage[], extra: Partial<Parameters<typeof buildModelMessages>[0]> = {}) => buildModelMessages({ agentName: "Main", sessionKey: "agent:main:main", history, ...extra });
+
+describe("model context", () => {
+  it("a tool result whose call fell outside the window is left out; the newest user message stays last", () => {
+    const out = build([result("old"), user("next question")]);
+    expect(out.map((m) => m.role)).toEqual(["system", "user"]);
+    expect(out.at(-1)).toEqual({ role: "user", content: "next question" });
+  });
+
+  it("calls of a run cut short are dropped: the answered call is kept, an unanswered turn becomes plain text", () => {
+    const out = build([user("q"), call("a", "b"), result("a"), call("c"), user("again")]);
+    expect(out.slice(1)).toEqual([
+      { role: "user", content: "q" },
+      { role: "assistant", content: "checking", tool_calls: [{ id: "a", type: "function", function: { name: "sessions_list", arguments: "{}" } }] },
+      { role: "tool", tool_call_id: "a", content: "result a" },
+      { role: "assistant", content: "checking" },
+      { role: "user", content: "again" },
+    ]);
+  });
+
+  it("R20 an inter-session turn gets its provenance prefix once, with every source field", () => {
+    const provenance = { kind: "inter_session" as const, sourceSessionKey: "agent:main:telegram:group:-7", sourceChannel: "telegram", sourceTool: "sessions_send" };
+    const prefix = "[Inter-session message] sourceSession=agent:main:telegram:group:-7 sourceChannel=telegram sourceTool=sessions_send";
+    const out = build([user("status?", provenance), user(`${prefix}\nalready prefixed`, provenance), user("from the user")]);
+    expect(out.slice(1).map((m) => m.content)).toEqual([`${prefix}\nstatus?`, `${prefix}\nalready prefixed`, "from the user"]);
+  });
+
+  it("the system prompt is the agent's own (or the default naming the agent), then the session, then the extra prompt", () => {
+    expect(build([], { systemPrompt: "You are terse.", extraSystemPrompt: "Subagent context:\nDo X." })[0].content).toBe("You are terse.\n\nCurrent session: agent:main:main.\n\nSubagent context:\nDo X.");
+    expect(build([])[0].content).toMatch(/^You are Main, .*\n\nCurrent session: agent:main:main\.$/s);
+  });
+});
