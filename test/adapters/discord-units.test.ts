@@ -1,9 +1,10 @@
 /** Pure parts of the Discord adapter: error mapping, conversation mapping, command text. */
-import { ChannelType, Collection, DiscordAPIError, DiscordjsError, DiscordjsErrorCodes, HTTPError, type Message, MessageReferenceType, RateLimitError } from "discord.js";
+import { type ChatInputCommandInteraction, ChannelType, Collection, DiscordAPIError, DiscordjsError, DiscordjsErrorCodes, HTTPError, type Message, MessageReferenceType, RateLimitError, type REST } from "discord.js";
+import pino from "pino";
 import { describe, expect, it } from "vitest";
-import { commandText, commandsHash, NATIVE_COMMANDS } from "../../adapters/discord/commands.js";
+import { commandText, commandsHash, NATIVE_COMMANDS, registerCommands } from "../../adapters/discord/commands.js";
 import { redact, toPlatformError } from "../../adapters/discord/errors.js";
-import { mapConversation, mapMessage, stripBotMention } from "../../adapters/discord/map-message.js";
+import { mapConversation, mapInteractionOrigin, mapMessage, stripBotMention } from "../../adapters/discord/map-message.js";
 import { PlatformError } from "../../src/channels/types.js";
 
 const URL_ = "https://discord.com/api/v10/channels/1/messages";
@@ -22,6 +23,8 @@ describe("toPlatformError", () => {
     [apiError(400, 50035, "Invalid Form Body"), "invalid"],
     [apiError(400, 50006, "Cannot send an empty message"), "invalid"],
     [new HTTPError(502, "Bad Gateway", "POST", URL_, { body: {} }), "transport"],
+    // A 4xx without Discord's JSON body (a proxy's page): repeating the request cannot help.
+    [new HTTPError(413, "Payload Too Large", "POST", URL_, { body: {} }), "invalid"],
     [new TypeError("fetch failed", { cause: Object.assign(new Error("connect"), { code: "ECONNREFUSED" }) }), "transport"],
     [new DOMException("This operation was aborted", "AbortError"), "transport"],
     [tokenInvalid, "auth"],
@@ -50,6 +53,8 @@ describe("toPlatformError", () => {
       scope: "user",
     });
     expect(toPlatformError(err)).toMatchObject({ code: "rate_limited", retryAfterMs: 60_050, retryable: true });
+    // The route template, not the URL: an interaction callback's URL carries the interaction's token.
+    expect(toPlatformError(err).message).toBe("discord: rate limited on POST /channels/:id/messages for 60050 ms");
   });
 
   it("a DiscordAPIError 429's retry_after (seconds, fractional) becomes retryAfterMs in milliseconds", () => {
@@ -96,6 +101,7 @@ describe("mapConversation", () => {
       { chatType: "channel", peerId: "t1", to: "t1", parentPeerId: "c1", groupName: "#topic" },
     ],
     [{ id: "t2", type: ChannelType.PrivateThread, parentId: "c1" }, { chatType: "channel", peerId: "t2", to: "t2", parentPeerId: "c1" }],
+    [{ id: "t3", type: ChannelType.AnnouncementThread, parentId: "a1" }, { chatType: "channel", peerId: "t3", to: "t3", parentPeerId: "a1" }],
   ] as const)("%o", (facts, expected) => {
     expect(mapConversation(facts, user)).toEqual(expected);
   });
@@ -105,7 +111,7 @@ describe("mapConversation", () => {
   });
 });
 
-describe("mapMessage mentions", () => {
+describe("mapMessage", () => {
   const self = { botId: "7", botName: "switchboard", accountId: "default" };
   /** Only the fields mapMessage reads; a guild text channel message from user 42 that lists the bot in mentions. */
   function guildMessage(extra: Record<string, unknown> = {}): Message {
@@ -138,6 +144,41 @@ describe("mapMessage mentions", () => {
     });
     expect(mapMessage(forward, self)).toMatchObject({ forwarded: true, wasMentioned: false, text: "summarise this" });
   });
+
+  it("a reply to another user's message is not a mention of the bot", () => {
+    const reply = guildMessage({ content: "agreed", mentions: { users: new Collection([["43", { id: "43" }]]), repliedUser: { id: "43" } } });
+    expect(mapMessage(reply, self)?.wasMentioned).toBe(false);
+  });
+
+  it("the sender's server nickname is the sender name", () => {
+    expect(mapMessage(guildMessage({ member: { displayName: "Ali (mod)" } }), self)?.senderName).toBe("Ali (mod)");
+  });
+
+  it("attachments are listed with their URLs, so a file sent without text still reaches the core", () => {
+    const file = guildMessage({ content: "", attachments: new Collection([["1", { name: "plan.pdf", url: "https://cdn.example/plan.pdf" }]]) });
+    expect(mapMessage(file, self)?.text).toBe("[attachment: plan.pdf] https://cdn.example/plan.pdf");
+  });
+
+  it("a message without text or attachments (content withheld, a sticker) is not a message", () => {
+    expect(mapMessage(guildMessage({ content: "" }), self)).toBeNull();
+  });
+
+  it("a system message (a thread-created notice carries the thread's name as content) is not a message", () => {
+    expect(mapMessage(guildMessage({ system: true, content: "design talk" }), self)).toBeNull();
+  });
+});
+
+describe("mapInteractionOrigin", () => {
+  /** A slash command whose channel discord.js has not cached. */
+  function uncached(extra: Record<string, unknown>): ChatInputCommandInteraction {
+    return { id: "ix1", channel: null, channelId: "c9", guildId: null, user: { id: "42", displayName: "Alice" }, member: null, createdTimestamp: 1_700_000_000_000, ...extra } as unknown as ChatInputCommandInteraction;
+  }
+
+  it("an uncached channel outside a guild is the invoker's DM; inside a guild it is the channel", () => {
+    expect(mapInteractionOrigin(uncached({}), "default")).toMatchObject({ chatType: "direct", peerId: "42", to: "c9", senderName: "Alice" });
+    // An uncached guild member arrives as raw API data: its server nickname is `nick`.
+    expect(mapInteractionOrigin(uncached({ guildId: "g1", member: { nick: "Ali (mod)" } }), "default")).toMatchObject({ chatType: "channel", peerId: "c9", to: "c9", senderName: "Ali (mod)" });
+  });
 });
 
 describe("stripBotMention", () => {
@@ -158,6 +199,25 @@ describe("native commands", () => {
   it("renders the text form the core parses", () => {
     expect(commandText("send", [{ value: "inherit" }])).toBe("/send inherit");
     expect(commandText("status", [])).toBe("/status");
+  });
+
+  it("a failed registration stores no hash, so the next start registers again", async () => {
+    const kv = new Map<string, unknown>();
+    const store = { get: async <T>(k: string) => kv.get(k) as T | undefined, set: async <T>(k: string, v: T) => void kv.set(k, v), delete: async (k: string) => void kv.delete(k) };
+    let puts = 0;
+    let fail = true;
+    const rest = {
+      put: async () => {
+        puts++;
+        if (fail) throw new HTTPError(503, "Service Unavailable", "PUT", URL_, { body: {} });
+      },
+    } as unknown as REST;
+    const opts = { rest, appId: "1", kv: store, log: pino({ level: "silent" }) };
+    await expect(registerCommands(opts)).rejects.toThrow();
+    fail = false;
+    expect(await registerCommands(opts)).toBe("registered");
+    expect(await registerCommands(opts)).toBe("unchanged");
+    expect(puts).toBe(2);
   });
 
   it("hashes definitions per application so a changed set or app re-registers", () => {

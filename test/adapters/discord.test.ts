@@ -131,6 +131,14 @@ describe("discord adapter: login and slash command registration", () => {
     expect(fake.commandPuts).toBe(2);
   });
 
+  it("concurrent start() calls share one login: one gateway connection, each message delivered once", async () => {
+    const h = makeAdapter(await startFake());
+    await Promise.all([h.adapter.start(), h.adapter.start()]);
+    expect(h.fake.openSockets).toBe(1);
+    await deliverBarrier(h);
+    expect(h.inbound).toHaveLength(1);
+  });
+
   it("skips registration when registerCommands is off", async () => {
     const h = await started({}, { config: { registerCommands: false } });
     expect(h.adapter.health().connected).toBe(true);
@@ -265,6 +273,18 @@ describe("discord adapter: inbound mapping", () => {
     expect(h.inbound[3]).toMatchObject({ text: "thanks!", wasMentioned: true });
   });
 
+  it("a message the core refused does not block its conversation: the next one is still delivered, and the refusal is in lastError", async () => {
+    const h = await started({}, {
+      beforeAccept: async (m) => {
+        if (m.text === "first") throw new Error("store unavailable");
+      },
+    });
+    h.fake.injectDM({ content: "first" });
+    h.fake.injectDM({ content: "second" });
+    await vi.waitFor(() => expect(h.inbound.map((m) => m.text)).toEqual(["second"]), waitOpts);
+    expect(h.adapter.health().lastError).toMatch(/not accepted: store unavailable$/);
+  });
+
   it("marks forwards as forwarded and takes their text from the snapshot", async () => {
     const h = await started();
     h.fake.injectMessage({ channelId: h.fake.ids.general, content: "/send on", forwarded: true });
@@ -297,6 +317,18 @@ describe("discord adapter: send", () => {
     expect(h.fake.callsTo(MESSAGES).map((c) => c.params.id)).toEqual([h.fake.ids.thread]);
     expect(h.fake.sent(h.fake.ids.thread).map((m) => m.content)).toEqual(["in the thread"]);
     expect(h.fake.sent(h.fake.ids.general)).toHaveLength(0);
+    // A thread is its own channel for Discord's per-channel limit, not a share of its parent's.
+    expect(h.adapter.rateLimitsFor!(target(h.fake.ids.general, { threadId: h.fake.ids.thread }))[0]).toEqual({ key: `chat:${h.fake.ids.thread}`, count: 5, intervalMs: 5000 });
+  });
+
+  it("a send repeated with the same idempotency key (its first outcome unknown) posts one message; another key posts anew", async () => {
+    const h = await started();
+    const first = await h.adapter.send(target(h.fake.ids.general), "once", { idempotencyKey: "reply:k#0" });
+    const again = await h.adapter.send(target(h.fake.ids.general), "once", { idempotencyKey: "reply:k#0" });
+    const next = await h.adapter.send(target(h.fake.ids.general), "twice", { idempotencyKey: "reply:k#1" });
+    expect(again.messageId).toBe(first.messageId);
+    expect(next.messageId).not.toBe(first.messageId);
+    expect(h.fake.sent(h.fake.ids.general).map((m) => m.content)).toEqual(["once", "twice"]);
   });
 
   it("a reply to a message deleted meanwhile still posts: message_reference has fail_if_not_exists false", async () => {
@@ -513,6 +545,29 @@ describe("discord adapter: native slash commands", () => {
     await vi.waitFor(() => expect(h.fake.visibleReply(ix)).toEqual({ content: "slow but fine", ephemeral: true }), waitOpts);
     expect(ix.callbacks.map((c) => c.type)).toEqual([5]);
     expect(ix.callbacks[0]!.at - ix.createdAt).toBeLessThan(deadlineMs);
+  });
+
+  it("a slash command this version no longer has, still registered on Discord, is refused ephemerally and never reaches the core", async () => {
+    const h = await started();
+    // Another deployment (an older version) registered a command set with a /reset we do not serve.
+    const res = await fetch(`${h.fake.apiBase}/v10/applications/${h.fake.applicationId}/commands`, {
+      method: "PUT",
+      headers: { authorization: `Bot ${h.fake.token}`, "content-type": "application/json" },
+      body: JSON.stringify([...h.fake.registeredCommands(), { name: "reset", description: "Reset the session", type: 1 }]),
+    });
+    expect(res.status).toBe(200);
+    const ix = h.fake.injectSlashCommand({ userId: h.fake.ids.alice, channelId: h.fake.ids.general, name: "reset" });
+    await vi.waitFor(() => expect(h.fake.visibleReply(ix)).toEqual({ content: "This command is not available here.", ephemeral: true }), waitOpts);
+    expect(h.commands).toEqual([]);
+  });
+
+  it("an answer longer than Discord's 2000 characters is clipped rather than lost, and an empty one reads 'Done.'", async () => {
+    const answers = ["x".repeat(2500), "  "];
+    const h = await started({}, { onNativeCommand: async () => answers.shift()! });
+    const long = h.fake.injectSlashCommand({ userId: h.fake.ids.alice, channelId: h.fake.ids.general, name: "status" });
+    await vi.waitFor(() => expect(h.fake.visibleReply(long)?.content).toBe(`${"x".repeat(1999)}…`), waitOpts);
+    const empty = h.fake.injectSlashCommand({ userId: h.fake.ids.alice, channelId: h.fake.ids.general, name: "new" });
+    await vi.waitFor(() => expect(h.fake.visibleReply(empty)).toEqual({ content: "Done.", ephemeral: true }), waitOpts);
   });
 
   it("answers 'commands unavailable' when the core has no native command handler, and 'Command failed.' when it throws", async () => {

@@ -113,6 +113,13 @@ describe("Bot API calls without telegraf's fetch stack", () => {
     expect((err as TelegramError).response).toEqual({ error_code: 400, description: "HTTP 400 without an error description" });
   });
 
+  it("R3 a bare refusal keeps its HTTP status as the error code: a 403 (bot kicked) stays forbidden, not retried", async () => {
+    const { root } = await server(() => ({ status: 403, body: '{"ok":false}' }));
+    const err = await failure(createBotApi(root, TOKEN)("sendMessage", {}, { agent: agent() }));
+    expect((err as TelegramError).response.error_code).toBe(403);
+    expect(toPlatformError(err, "sendMessage", TOKEN)).toMatchObject({ code: "forbidden", retryable: false });
+  });
+
   it("R3 a refused connection is a transport error whose message and stack hold no token", async () => {
     const { root } = await server(() => ({ status: 200, body: "{}" }));
     servers[0].close();

@@ -91,6 +91,7 @@ describe("telegram mapUpdate: mentions", () => {
     { name: "M5 text_mention of the bot id", message: msg(group, { text: "Switchboard help", entities: [{ type: "text_mention", offset: 0, length: 11, user: botUser }] }), mentioned: true },
     { name: "M6 reply to the bot's own message", message: msg(group, { reply_to_message: msg(group, { message_id: 3, from: botUser }) }), mentioned: true },
     { name: "M7 reply to someone else", message: msg(group, { reply_to_message: msg(group, { message_id: 3 }) }), mentioned: false },
+    { name: "M7b reply to another bot's message is addressed to that bot, not us", message: msg(group, { reply_to_message: msg(group, { message_id: 3, from: { id: 555, is_bot: true, first_name: "Other", username: "OtherBot" } }) }), mentioned: false },
     {
       name: "M8 implicit reply to a bot-created topic's creation message is not a mention",
       message: msg(forum, { message_thread_id: 77, is_topic_message: true, reply_to_message: msg(forum, { message_id: 77, from: botUser, text: undefined, forum_topic_created: { name: "t" } }) }),

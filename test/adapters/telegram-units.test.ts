@@ -1,10 +1,10 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { PlatformError } from "../../src/channels/types.js";
 import { backoffDelay, DEFAULT_BACKOFF, retryDelay } from "../../adapters/telegram/backoff.js";
 import { commandsHash, DEFAULT_COMMANDS, syncCommands } from "../../adapters/telegram/commands.js";
 import { classify, describeError, redactToken, toPlatformError } from "../../adapters/telegram/errors.js";
 import { chatActionParams, rateLimitsFor, replyMessageId, sendMessageParams } from "../../adapters/telegram/outbound.js";
-import { type PollPhase, Poller } from "../../adapters/telegram/poller.js";
+import { type PollerDeps, type PollPhase, Poller } from "../../adapters/telegram/poller.js";
 import type { TgUpdate } from "../../adapters/telegram/wire.js";
 import { waitFor } from "../fakes/telegram-bot-api.js";
 
@@ -14,6 +14,33 @@ function apiError(error_code: number, description: string, parameters?: object):
   return Object.assign(new Error(`${error_code}: ${description}`), { response: { ok: false, error_code, description, parameters } });
 }
 
+function memKv() {
+  const m = new Map<string, unknown>();
+  return { m, get: async <T>(k: string) => m.get(k) as T | undefined, set: async <T>(k: string, v: T) => void m.set(k, v), delete: async (k: string) => void m.delete(k) };
+}
+
+/** A long poll that stays open until the poller aborts it, and then fails as the real call does. */
+function parkedPoll(signal: AbortSignal): Promise<TgUpdate[]> {
+  return new Promise((_resolve, reject) => signal.addEventListener("abort", () => reject(signal.reason), { once: true }));
+}
+
+/** Poller dependencies that poll, accept and store nothing unless a test says otherwise. */
+function pollerDeps(overrides: Partial<PollerDeps> = {}): PollerDeps {
+  return {
+    prepare: async () => {},
+    getUpdates: (_params, signal) => parkedPoll(signal),
+    handle: async () => {},
+    kv: memKv(),
+    offsetKey: "offset",
+    timeoutSeconds: 30,
+    allowedUpdates: ["message"],
+    backoff: { initialMs: 5, maxMs: 1000, factor: 2, jitter: 0 },
+    onPollOk: () => {},
+    onError: () => {},
+    ...overrides,
+  };
+}
+
 describe("telegram error mapping (errors.ts)", () => {
   const cases: { name: string; err: unknown; code: string; retryAfterMs?: number }[] = [
     { name: "429 → rate_limited with retry_after in ms", err: apiError(429, "Too Many Requests: retry after 3", { retry_after: 3 }), code: "rate_limited", retryAfterMs: 3000 },
@@ -21,6 +48,7 @@ describe("telegram error mapping (errors.ts)", () => {
     { name: "403 blocked → forbidden", err: apiError(403, "Forbidden: bot was blocked by the user"), code: "forbidden" },
     { name: "400 chat not found → not_found", err: apiError(400, "Bad Request: chat not found"), code: "not_found" },
     { name: "400 group upgraded (migrate_to_chat_id) → not_found", err: apiError(400, "Bad Request: group chat was upgraded to a supergroup chat", { migrate_to_chat_id: -1001 }), code: "not_found" },
+    { name: "400 message thread not found (forum topic deleted) → not_found", err: apiError(400, "Bad Request: message thread not found"), code: "not_found" },
     { name: "400 other → invalid", err: apiError(400, "Bad Request: message is too long"), code: "invalid" },
     { name: "409 → transport", err: apiError(409, "Conflict: terminated by other getUpdates request"), code: "transport" },
     { name: "500 → transport", err: apiError(500, "Internal Server Error"), code: "transport" },
@@ -48,6 +76,14 @@ describe("telegram error mapping (errors.ts)", () => {
     expect(redactToken(`x ${TOKEN} y`, TOKEN)).toBe("x <redacted> y");
     expect(redactToken("/bot42:other-Secret_1/getMe", TOKEN)).toBe("/bot<redacted>/getMe");
     expect(describeError(apiError(401, "Unauthorized"), TOKEN)).toBe("401: Unauthorized");
+    // The description is the server's text: a proxy in front of the Bot API may echo the request path.
+    expect(describeError(apiError(404, `Not Found: /bot${TOKEN}/getUpdates`), TOKEN)).toBe("404: Not Found: /bot<redacted>/getUpdates");
+  });
+
+  it("a group upgraded to a supergroup: the error names the new chat id, so the operator can rebind", () => {
+    const pe = toPlatformError(apiError(400, "Bad Request: group chat was upgraded to a supergroup chat", { migrate_to_chat_id: -1001234 }), "sendMessage", TOKEN);
+    expect(pe).toMatchObject({ code: "not_found", retryable: false });
+    expect(pe.message).toContain("(chat migrated to -1001234)");
   });
 });
 
@@ -83,8 +119,8 @@ describe("telegram outbound payloads and limits", () => {
     expect(replyMessageId("garbage")).toBeUndefined();
     expect(sendMessageParams(t({ replyToMessageId: "-100888:45" }), "hi").reply_parameters).toEqual({ message_id: 45, allow_sending_without_reply: true });
   });
-  it("O4 a non-numeric threadId is an invalid target", () => {
-    expect(() => sendMessageParams(t({ threadId: "abc" }), "hi")).toThrow(expect.objectContaining({ code: "invalid" }));
+  it("O4 a non-numeric or non-positive threadId is an invalid target", () => {
+    for (const threadId of ["abc", "0", "-3"]) expect(() => sendMessageParams(t({ threadId }), "hi")).toThrow(expect.objectContaining({ code: "invalid" }));
   });
   it("L1 private chats: 1/s; groups (negative ids, @names): 20/min; global 30/s", () => {
     expect(rateLimitsFor(t({ to: "42" }))).toEqual([{ key: "chat:42", count: 1, intervalMs: 1000 }, { key: "global", count: 30, intervalMs: 1000 }]);
@@ -98,10 +134,6 @@ describe("telegram outbound payloads and limits", () => {
 });
 
 describe("telegram command menu sync", () => {
-  function memKv() {
-    const m = new Map<string, unknown>();
-    return { m, get: async <T>(k: string) => m.get(k) as T | undefined, set: async <T>(k: string, v: T) => void m.set(k, v), delete: async (k: string) => void m.delete(k) };
-  }
   it("K1 registers once, then only when the list changes", async () => {
     const kv = memKv();
     const calls: unknown[] = [];
@@ -115,6 +147,15 @@ describe("telegram command menu sync", () => {
     const kv = memKv();
     await expect(syncCommands({ kv, key: "k", commands: DEFAULT_COMMANDS, setMyCommands: async () => Promise.reject(apiError(429, "Too Many Requests", { retry_after: 500 })) })).rejects.toThrow();
     expect(kv.m.has("k")).toBe(false);
+  });
+  it("K4 a changed description alone re-registers the menu", async () => {
+    const kv = memKv();
+    const calls: unknown[] = [];
+    const deps = { kv, key: "k", commands: DEFAULT_COMMANDS, setMyCommands: async (c: unknown) => calls.push(c) };
+    await syncCommands(deps);
+    const reworded = DEFAULT_COMMANDS.map((c) => (c.command === "stop" ? { ...c, description: "Stop the reply and its sub-agents" } : c));
+    expect(await syncCommands({ ...deps, commands: reworded })).toBe("registered");
+    expect(calls).toHaveLength(2);
   });
   it("K3 the default menu has the seven core commands with valid names", () => {
     expect(DEFAULT_COMMANDS.map((c) => c.command)).toEqual(["send", "status", "sid", "new", "reset", "stop", "help"]);
@@ -134,27 +175,21 @@ describe("telegram poller retry schedule", () => {
     const polls = [...script.polls];
     const handles = [...(script.handles ?? [])];
     const retries: { phase: PollPhase; retryInMs: number }[] = [];
-    const kv = new Map<string, unknown>();
     let nextId = 1;
-    const poller = new Poller({
-      prepare: async () => {},
-      getUpdates: (_params, signal) => {
-        const outcome = polls.shift();
-        if (outcome === "fail") return Promise.reject(apiError(500, "Internal Server Error"));
-        if (outcome === "ok") return Promise.resolve(script.handles ? [{ update_id: nextId++ } as TgUpdate] : []);
-        return new Promise((resolve) => signal.addEventListener("abort", () => resolve([]), { once: true }));
-      },
-      handle: async () => {
-        if (handles.shift() === "fail") throw new Error("store unavailable");
-      },
-      kv: { get: async <T>(k: string) => kv.get(k) as T | undefined, set: async <T>(k: string, v: T) => void kv.set(k, v), delete: async (k: string) => void kv.delete(k) },
-      offsetKey: "offset",
-      timeoutSeconds: 30,
-      allowedUpdates: ["message"],
-      backoff: { initialMs: 5, maxMs: 1000, factor: 2, jitter: 0 },
-      onPollOk: () => {},
-      onError: (_err, phase, retryInMs) => void retries.push({ phase, retryInMs }),
-    });
+    const poller = new Poller(
+      pollerDeps({
+        getUpdates: (_params, signal) => {
+          const outcome = polls.shift();
+          if (outcome === "fail") return Promise.reject(apiError(500, "Internal Server Error"));
+          if (outcome === "ok") return Promise.resolve(script.handles ? [{ update_id: nextId++ } as TgUpdate] : []);
+          return parkedPoll(signal);
+        },
+        handle: async () => {
+          if (handles.shift() === "fail") throw new Error("store unavailable");
+        },
+        onError: (_err, phase, retryInMs) => void retries.push({ phase, retryInMs }),
+      }),
+    );
     poller.start();
     await waitFor(() => retries.length === script.failures, 5000, `${script.failures} failures reported`);
     await poller.stop(1000);
@@ -169,5 +204,80 @@ describe("telegram poller retry schedule", () => {
   it("P2 an accepted batch resets the onInbound-rejection backoff: 3 rejections, an acceptance, a rejection → the initial delay again", async () => {
     const retries = await run({ polls: ["ok", "ok", "ok", "ok", "ok"], handles: ["fail", "fail", "fail", "ok", "fail"], failures: 4 });
     expect(retries).toEqual([5, 10, 20, 5].map((retryInMs) => ({ phase: "handle", retryInMs })));
+  });
+});
+
+describe("telegram poller offsets", () => {
+  /** getUpdates answering `batches` in turn, then parking; records the offset of every call. */
+  function scripted(batches: TgUpdate[][]) {
+    const offsets: (number | undefined)[] = [];
+    const getUpdates: PollerDeps["getUpdates"] = (params, signal) => {
+      offsets.push(params.offset);
+      const batch = batches.shift();
+      return batch ? Promise.resolve(batch) : parkedPoll(signal);
+    };
+    return { offsets, getUpdates };
+  }
+
+  it("P3 an update below the acknowledged offset (a misbehaving proxy) is not handed over again, and the offset never moves back", async () => {
+    const { offsets, getUpdates } = scripted([[{ update_id: 5 }], [{ update_id: 3 }], [{ update_id: 6 }]]);
+    const handled: number[] = [];
+    const poller = new Poller(pollerDeps({ getUpdates, handle: async (u) => void handled.push(u.update_id) }));
+    poller.start();
+    await waitFor(() => offsets.length === 4, 5000, "fourth poll");
+    await poller.stop(1000);
+    expect(handled).toEqual([5, 6]);
+    expect(offsets).toEqual([undefined, 6, 6, 7]);
+  });
+
+  it("P4 a failed offset write is reported as a persist error and polling goes on; the next batch's write lands", async () => {
+    const kv = memKv();
+    let failingWrites = 1;
+    const { getUpdates } = scripted([[{ update_id: 1 }], [{ update_id: 2 }]]);
+    const handled: number[] = [];
+    const phases: PollPhase[] = [];
+    const poller = new Poller(
+      pollerDeps({
+        getUpdates,
+        handle: async (u) => void handled.push(u.update_id),
+        kv: {
+          ...kv,
+          set: async <T>(k: string, v: T) => {
+            if (failingWrites-- > 0) throw new Error("disk full");
+            await kv.set(k, v);
+          },
+        },
+        onError: (_err, phase) => void phases.push(phase),
+      }),
+    );
+    poller.start();
+    await waitFor(() => kv.m.get("offset") === 3, 5000, "second offset stored");
+    await poller.stop(1000);
+    expect(handled).toEqual([1, 2]);
+    expect(phases).toEqual(["persist"]);
+  });
+
+  it("P5 a long poll that never answers (a silently dead connection) is abandoned after its timeout plus 15 s, and polling resumes", async () => {
+    vi.useFakeTimers();
+    try {
+      let polls = 0;
+      const errors: string[] = [];
+      const poller = new Poller(
+        pollerDeps({
+          getUpdates: (_params, signal) => (polls++, parkedPoll(signal)),
+          onError: (err, phase) => void errors.push(`${phase}: ${(err as Error).message}`),
+        }),
+      );
+      poller.start();
+      await vi.advanceTimersByTimeAsync(45_000 - 1);
+      expect(errors).toEqual([]);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(errors).toEqual(["poll: getUpdates: no answer within 30s + 15s, connection presumed dead"]);
+      await vi.advanceTimersByTimeAsync(5);
+      expect(polls).toBe(2);
+      await poller.stop(1000);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

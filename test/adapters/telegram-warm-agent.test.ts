@@ -79,6 +79,17 @@ describe("telegram send agent — a prepared send never waits for a connection",
     expect(connections()).toBe(5);
   });
 
+  it("prepares made one after another (a reply's chunks) each get their own connected socket", async () => {
+    const { root, connections } = await server();
+    const agent = agentFor(root);
+    await agent.prepare();
+    await agent.prepare();
+    const sends = [post(root, agent), post(root, agent)];
+    expect(await Promise.all(sends.map((s) => s.connecting))).toEqual([false, false]);
+    await Promise.all(sends.map((s) => s.done));
+    expect(connections()).toBe(2);
+  });
+
   it("a kept-alive socket counts: prepare() after a finished request opens nothing new", async () => {
     const { root, connections } = await server();
     const agent = agentFor(root);

@@ -121,6 +121,15 @@ describe("telegram adapter: boot", () => {
     expect(api.callsTo("getMe")).toHaveLength(3);
   });
 
+  it("B6 a second start() of a running adapter starts no second poller (which would fight the first with 409s)", async () => {
+    const h = await boot();
+    await h.adapter.start();
+    h.api.injectText({ chat: privateChat(alice), from: alice, text: "once" });
+    await waitFor(() => h.inbound.length === 1);
+    expect(h.api.callsTo("getMe")).toHaveLength(1);
+    expect(h.adapter.health().lastError).toBeNull();
+  });
+
   it("B5 an empty token fails start() with auth; an unreachable https root still starts and stops promptly", async () => {
     const empty = await boot({ config: { botToken: "" }, start: false });
     await expect(empty.adapter.start()).rejects.toMatchObject({ code: "auth" });
@@ -501,7 +510,8 @@ describe("telegram adapter: stop", () => {
     const polls = api.callsTo("getUpdates").length;
     expect(api.isPolling).toBe(true);
     await h.adapter.stop();
-    expect(h.adapter.health().connected).toBe(false);
+    // Aborting our own poll is not a polling error: a clean shutdown leaves none behind.
+    expect(h.adapter.health()).toMatchObject({ connected: false, lastError: null });
     await waitFor(() => !api.isPolling, 2000, "fake saw the long poll aborted");
     await api.stop();
     expect(api.callsTo("getUpdates")).toHaveLength(polls);
