@@ -15,18 +15,26 @@ const lastUserText = (req: ModelRequest): string => {
   return typeof m?.content === "string" ? m.content : JSON.stringify(m?.content);
 };
 
+/** A harness whose model holds its answer to the message "first" until `release()`. */
+async function holdingFirst(): Promise<{ harness: Harness; release: () => void }> {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const harness = await startHarness({
+    responder: async (req, i) => {
+      if (lastUserText(req) === "first") await gate;
+      return echoLastUser(req, i);
+    },
+  });
+  return { harness, release };
+}
+
 describe("agent runtime lanes", () => {
   it("DESIGN one lane per session: a second run of the same key starts only after the first ended; another key runs meanwhile", async () => {
     // The first run's model call is held open until the test releases it, so "meanwhile" is an
     // observable state rather than a race: whatever else ran while it was held ran concurrently with it.
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    h = await startHarness({
-      responder: async (req, i) => {
-        if (lastUserText(req) === "first") await gate;
-        return echoLastUser(req, i);
-      },
-    });
+    const held = await holdingFirst();
+    h = held.harness;
+    const { release } = held;
     const rt = h.app.runtime;
     const first = rt.start({ sessionKey: "agent:main:main", agentId: "main", message: "first" });
     const second = rt.start({ sessionKey: "agent:main:main", agentId: "main", message: "second" });
@@ -105,14 +113,9 @@ describe("agent runtime limits", () => {
   });
 
   it("a queued run aborted before its turn leaves no trace in the session for the next run's model", async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    h = await startHarness({
-      responder: async (req, i) => {
-        if (lastUserText(req) === "first") await gate;
-        return echoLastUser(req, i);
-      },
-    });
+    const held = await holdingFirst();
+    h = held.harness;
+    const { release } = held;
     const rt = h.app.runtime;
     const first = rt.start({ sessionKey: MAIN, agentId: "main", message: "first" });
     const second = rt.start({ sessionKey: MAIN, agentId: "main", message: "cancelled" });
