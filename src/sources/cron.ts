@@ -35,7 +35,7 @@ export class CronScheduler {
         log.error({ agentId: job.agentId }, "cron job skipped: unknown agent id");
         continue;
       }
-      const agentId = normalizeAgentId(job.agentId ?? this.app.defaultAgentId);
+      const agentId = this.agentOf(job);
       const sessionAgent = this.app.sessions.get(cronSessionKey(job.id))?.agentId;
       if (sessionAgent && sessionAgent !== agentId) {
         // The session keeps the agent it was created with (its transcript lives under that agent).
@@ -57,6 +57,11 @@ export class CronScheduler {
     }
   }
 
+  /** The agent a job names, or the default one. */
+  private agentOf(job: CronJob): string {
+    return normalizeAgentId(job.agentId ?? this.app.defaultAgentId);
+  }
+
   stop(): void {
     for (const timer of this.timers.splice(0)) timer.stop();
   }
@@ -65,8 +70,7 @@ export class CronScheduler {
   async fire(job: CronJob): Promise<{ runId: string; sessionKey: string; done: Promise<RunOutcome> }> {
     const { app } = this;
     const sessionKey = cronSessionKey(job.id);
-    const agentId = normalizeAgentId(job.agentId ?? app.defaultAgentId);
-    const entry = app.sessions.get(sessionKey) ?? (await app.sessions.upsert(sessionKey, agentId));
+    const entry = app.sessions.get(sessionKey) ?? (await app.sessions.upsert(sessionKey, this.agentOf(job)));
     const route = deliveryContextOf(entry);
     const runId = `cron-${job.id}-${randomUUID()}`;
     const { done } = app.runtime.start({
