@@ -16,7 +16,7 @@ import { describeZodError } from "../gateway/protocol.js";
 import type { Gateway } from "../gateway/server.js";
 import { replyText } from "../inbound/router.js";
 import { normalizeDeliveryContext } from "../sessions/entry.js";
-import { agentIdFromKey, displayKey, hookSessionKey, normalizeAgentId, RESERVED_KEYS } from "../sessions/keys.js";
+import { agentIdFromKey, displayKey, hookSessionKey, normalizeAgentId, parseAgentKey, RESERVED_KEYS } from "../sessions/keys.js";
 import { deliveryContextOf, outboundTargetOf } from "../tools/delivery-route.js";
 import { safeParse } from "../util/safe-parse.js";
 
@@ -76,11 +76,7 @@ async function handle(app: App, req: http.IncomingMessage, log: pino.Logger): Pr
   if (!parsed.success) throw new HttpProblem(400, `invalid hook body: ${describeZodError(parsed.error)}`);
   const p = parsed.data;
 
-  let agentId = app.defaultAgentId;
-  if (p.agentId) {
-    agentId = normalizeAgentId(p.agentId);
-    if (!app.config.agents.list.some((a) => normalizeAgentId(a.id) === agentId)) throw new HttpProblem(400, `unknown agent id "${p.agentId}"`);
-  }
+  const agentId = hookAgent(app, p);
   const sessionKey = p.sessionKey ? app.canonicalKey(p.sessionKey, agentId) : hookSessionKey(randomUUID());
   if (RESERVED_KEYS.has(sessionKey)) throw new HttpProblem(400, `sessionKey "${p.sessionKey}" is reserved`);
   if (p.channel && !p.to) throw new HttpProblem(400, "to is required with channel");
@@ -105,6 +101,21 @@ async function handle(app: App, req: http.IncomingMessage, log: pino.Logger): Pr
   const waited = await app.runtime.wait(runId, HOOK_WAIT_MS);
   const info = app.runtime.get(runId);
   return { status: 200, body: { runId, sessionKey: shownKey, status: waited.status, ...(info?.reply !== undefined ? { reply: info.reply } : {}), ...(waited.error ? { error: waited.error } : {}) } };
+}
+
+/**
+ * The agent a hook runs as: `agentId`, else the agent its `sessionKey` names. Canonicalising drops
+ * the prefix of an internal key (`agent:ops:hook:x` is stored as `hook:x`), so without this such a
+ * hook would run as the default agent.
+ */
+function hookAgent(app: App, p: z.infer<typeof HookBody>): string {
+  const keyAgent = p.sessionKey ? parseAgentKey(p.sessionKey.toLowerCase())?.agentId : undefined;
+  const requested = p.agentId ?? keyAgent;
+  if (requested === undefined) return app.defaultAgentId;
+  const agentId = normalizeAgentId(requested);
+  if (keyAgent !== undefined && agentId !== normalizeAgentId(keyAgent)) throw new HttpProblem(400, `agentId "${p.agentId}" conflicts with sessionKey "${p.sessionKey}"`);
+  if (!app.config.agents.list.some((a) => normalizeAgentId(a.id) === agentId)) throw new HttpProblem(400, `unknown agent id "${requested}"`);
+  return agentId;
 }
 
 function tokenOf(req: http.IncomingMessage): string | undefined {

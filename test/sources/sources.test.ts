@@ -294,6 +294,22 @@ describe("hooks: POST /hooks/agent", () => {
     expect(h.app.sessions.get("agent:ops:telegram:group:-5")?.agentId).toBe("ops");
   });
 
+  it("R4 an agent:<id>:hook:<name> key without agentId runs as that agent in hook:<name>; a conflicting or unknown agent is a 400 that stores nothing", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN }, agents: { list: [{ id: "main", default: true }, { id: "ops" }] } } });
+    const keyed = (await (await post({ message: "x", sessionKey: "agent:Ops:hook:deploy", wait: true })).json()) as { runId: string; sessionKey: string };
+    expect(keyed.sessionKey).toBe("hook:deploy");
+    expect(h.app.runtime.get(keyed.runId)).toMatchObject({ sessionKey: "hook:deploy", agentId: "ops" });
+    expect(h.app.sessions.get("hook:deploy")?.agentId).toBe("ops");
+
+    const conflict = await post({ message: "x", agentId: "main", sessionKey: "agent:ops:hook:other" });
+    expect(conflict.status).toBe(400);
+    expect(((await conflict.json()) as { error: string }).error).toBe('agentId "main" conflicts with sessionKey "agent:ops:hook:other"');
+    const unknown = await post({ message: "x", sessionKey: "agent:nobody:hook:other" });
+    expect(unknown.status).toBe(400);
+    expect(((await unknown.json()) as { error: string }).error).toBe('unknown agent id "nobody"');
+    expect(h.app.sessions.get("hook:other")).toBeUndefined();
+  });
+
   it("wait: true reports a failed run as status error with its error; the hook's text is recorded as external input", async () => {
     h = await startHarness({ store: "memory", responder: () => ({ status: 400, error: "model refused" }), config: { hooks: { enabled: true, token: TOKEN } } });
     const res = await post({ message: "will fail", sessionKey: "hook:failing", wait: true });
