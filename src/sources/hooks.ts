@@ -76,13 +76,18 @@ async function handle(app: App, req: http.IncomingMessage, log: pino.Logger): Pr
   if (!parsed.success) throw new HttpProblem(400, `invalid hook body: ${describeZodError(parsed.error)}`);
   const p = parsed.data;
 
-  const agentId = hookAgent(app, p);
+  const askedAgent = hookAgent(app, p);
+  const agentId = askedAgent ?? app.defaultAgentId;
   const sessionKey = p.sessionKey ? app.canonicalKey(p.sessionKey, agentId) : hookSessionKey(randomUUID());
   if (RESERVED_KEYS.has(sessionKey)) throw new HttpProblem(400, `sessionKey "${p.sessionKey}" is reserved`);
   if (p.channel && !p.to) throw new HttpProblem(400, "to is required with channel");
   const existing = app.sessions.get(sessionKey);
   const target = p.channel && p.to ? normalizeDeliveryContext({ channel: p.channel, to: p.to, accountId: p.accountId }) : deliveryContextOf(existing);
   if (p.deliver && !target) throw new HttpProblem(400, "deliver needs channel and to (the session has no chat route)");
+  // A session keeps its agent (its transcript lives under it): running another is refused, not swapped.
+  if (existing && askedAgent !== undefined && existing.agentId !== askedAgent) {
+    throw new HttpProblem(409, `session "${displayKey(sessionKey)}" belongs to agent "${existing.agentId}", not "${askedAgent}"`);
+  }
 
   // Checked before anything is stored: a refused hook leaves no session behind.
   if (!app.runtime.accepting) throw new HttpProblem(503, "the daemon is shutting down: hook not accepted, send it again once it is back");
@@ -104,14 +109,14 @@ async function handle(app: App, req: http.IncomingMessage, log: pino.Logger): Pr
 }
 
 /**
- * The agent a hook runs as: `agentId`, else the agent its `sessionKey` names. Canonicalising drops
- * the prefix of an internal key (`agent:ops:hook:x` is stored as `hook:x`), so without this such a
- * hook would run as the default agent.
+ * The agent a hook asks for: `agentId`, else the agent its `sessionKey` names (undefined: neither).
+ * Canonicalising drops the prefix of an internal key (`agent:ops:hook:x` is stored as `hook:x`),
+ * so without this such a hook would run as the default agent.
  */
-function hookAgent(app: App, p: z.infer<typeof HookBody>): string {
+function hookAgent(app: App, p: z.infer<typeof HookBody>): string | undefined {
   const keyAgent = p.sessionKey ? parseAgentKey(p.sessionKey.toLowerCase())?.agentId : undefined;
   const requested = p.agentId ?? keyAgent;
-  if (requested === undefined) return app.defaultAgentId;
+  if (requested === undefined) return undefined;
   const agentId = normalizeAgentId(requested);
   if (keyAgent !== undefined && agentId !== normalizeAgentId(keyAgent)) throw new HttpProblem(400, `agentId "${p.agentId}" conflicts with sessionKey "${p.sessionKey}"`);
   if (!app.config.agents.list.some((a) => normalizeAgentId(a.id) === agentId)) throw new HttpProblem(400, `unknown agent id "${requested}"`);

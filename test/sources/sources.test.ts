@@ -294,7 +294,7 @@ describe("hooks: POST /hooks/agent", () => {
     expect(h.app.sessions.get("agent:ops:telegram:group:-5")?.agentId).toBe("ops");
   });
 
-  it("R4 an agent:<id>:hook:<name> key without agentId runs as that agent in hook:<name>; a conflicting or unknown agent is a 400 that stores nothing", async () => {
+  it("R4 an agent:<id>:hook:<name> key without agentId runs as that agent in hook:<name>; a conflicting or unknown agent is a 400 that stores nothing, another agent's session a 409", async () => {
     h = await startHarness({ store: "memory", responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN }, agents: { list: [{ id: "main", default: true }, { id: "ops" }] } } });
     const keyed = (await (await post({ message: "x", sessionKey: "agent:Ops:hook:deploy", wait: true })).json()) as { runId: string; sessionKey: string };
     expect(keyed.sessionKey).toBe("hook:deploy");
@@ -308,6 +308,10 @@ describe("hooks: POST /hooks/agent", () => {
     expect(unknown.status).toBe(400);
     expect(((await unknown.json()) as { error: string }).error).toBe('unknown agent id "nobody"');
     expect(h.app.sessions.get("hook:other")).toBeUndefined();
+
+    const otherAgent = await post({ message: "x", agentId: "main", sessionKey: "hook:deploy" });
+    expect(otherAgent.status).toBe(409);
+    expect(((await otherAgent.json()) as { error: string }).error).toBe('session "hook:deploy" belongs to agent "ops", not "main"');
   });
 
   it("wait: true reports a failed run as status error with its error; the hook's text is recorded as external input", async () => {
