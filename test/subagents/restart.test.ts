@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterEach, expect, it, vi } from "vitest";
+import { formatDuration } from "../../src/agents/subagents/announce.js";
 import type { SubagentRun } from "../../src/agents/subagents/registry.js";
 import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
@@ -41,7 +42,7 @@ async function goDown(h: Harness): Promise<void> {
   await stopKeeping(h);
 }
 
-it("R37 R41 a sub-agent run interrupted by a restart is announced exactly once, as an error, with the tokens it used before", async () => {
+it("R37 R41 a sub-agent run interrupted by a restart is announced exactly once, as an error, with the tokens and runtime it used before (not the downtime)", async () => {
   stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-restart-"));
   // One tool round (tokens counted), then a model call that never returns.
   const a = await daemon((req, step) =>
@@ -52,12 +53,18 @@ it("R37 R41 a sub-agent run interrupted by a restart is announced exactly once, 
   await vi.waitFor(() => expect(a.h.model.requests.filter((r) => stepOf(r) === "subagent")).toHaveLength(2));
   await goDown(a.h);
   expect(a.announces()).toEqual([]);
+  // The run was last seen when the shutdown marked its session aborted; then the daemon is down a while.
+  const ranFor = a.h.app.sessions.require(result.childSessionKey).updatedAt - features(a.h).subagents.get(result.runId)!.createdAt;
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  const restartedAt = Date.now();
 
   const b = await daemon((_req, step) => (step === "subagent-announce" ? { content: "Result: could not finish\nNotes: try again" } : undefined));
   await settle(b.h);
   expect(b.announces()).toHaveLength(1);
   expect(b.announces()[0].split("\n").slice(0, 3)).toEqual(["Status: error", "Result: could not finish", "Notes: interrupted by restart; try again"]);
-  expect(b.announces()[0].split("\n")[3]).toMatch(/^Stats: runtime \S+ • tokens 1\.2k \(in 1k \/ out 200\) • /);
+  expect(b.announces()[0].split("\n")[3]).toMatch(new RegExp(`^Stats: runtime ${formatDuration(ranFor)} • tokens 1\\.2k \\(in 1k \\/ out 200\\) • `));
+  // R40: the archive window starts when the outcome is known, so the requester gets all of it.
+  expect(features(b.h).subagents.get(result.runId)!.archiveAt).toBeGreaterThanOrEqual(restartedAt + 60 * 60_000);
   expect(b.h.model.requests.filter((r) => stepOf(r) === "subagent-announce")).toHaveLength(1);
   expect(b.h.model.requests.filter((r) => stepOf(r) === "subagent")).toHaveLength(0);
   expect(features(b.h).subagents.get(result.runId)).toMatchObject({ outcome: { status: "error", error: "interrupted by restart" }, announcedAt: expect.any(Number) });

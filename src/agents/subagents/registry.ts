@@ -45,7 +45,11 @@ export interface SubagentRun {
   startedAt?: number;
   endedAt?: number;
   outcome?: { status: SubagentStatus; error?: string; reply?: string; model?: string; usage?: { input: number; output: number } };
-  /** When the child session is to be archived (keep mode; counted from the run's end). */
+  /**
+   * When the child session is to be archived (keep mode): counted from when the outcome was
+   * recorded — the run's end, or for a run cut off by a restart, the restart, so that the
+   * requester gets the whole window after the announce.
+   */
   archiveAt?: number;
   announcedAt?: number;
 }
@@ -77,7 +81,7 @@ export class SubagentRegistry {
     for (const run of [...this.runs.values()]) {
       if (!run.outcome) {
         const info = runtime.get(run.runId);
-        if (!info) await this.finish(run, { status: "error", error: "interrupted by restart" });
+        if (!info) await this.finish(run, { status: "error", error: "interrupted by restart" }, this.lastSignOfLife(run));
         else if (info.status === "ok" || info.status === "error" || info.status === "timeout") await this.finish(run, { status: info.status, error: info.error, reply: info.reply, model: info.model, usage: info.usage });
       } else if (!run.announcedAt) this.announceInBackground(run);
       else await this.cleanup(run);
@@ -132,13 +136,23 @@ export class SubagentRegistry {
     this.deps.background.run("sub-agent completion", { runId: run.runId, sessionKey: run.childSessionKey }, () => this.finish(run, toOutcome(ev.outcome)));
   }
 
-  private async finish(run: SubagentRun, outcome: NonNullable<SubagentRun["outcome"]>): Promise<void> {
+  /**
+   * When a run cut off by a restart was last seen working: its child session's last update (each
+   * model call's usage, the abort mark of a clean stop). The downtime is not the run's runtime.
+   */
+  private lastSignOfLife(run: SubagentRun): number | undefined {
+    const updatedAt = this.deps.app.sessions.get(run.childSessionKey)?.updatedAt;
+    return updatedAt !== undefined && updatedAt >= run.createdAt ? updatedAt : undefined;
+  }
+
+  private async finish(run: SubagentRun, outcome: NonNullable<SubagentRun["outcome"]>, endedAt?: number): Promise<void> {
     const child = this.deps.app.sessions.get(run.childSessionKey);
-    run.endedAt ??= Date.now();
+    const now = Date.now();
+    run.endedAt ??= endedAt ?? now;
     // Without a run result (restart), the child's counters are its tokens so far.
     run.outcome = { ...outcome, usage: outcome.usage ?? (child ? { input: child.inputTokens ?? 0, output: child.outputTokens ?? 0 } : undefined) };
     const archiveAfterMinutes = this.deps.app.config.agents.defaults.subagents.archiveAfterMinutes;
-    if (run.cleanup === "keep" && archiveAfterMinutes > 0) run.archiveAt = run.endedAt + archiveAfterMinutes * 60_000;
+    if (run.cleanup === "keep" && archiveAfterMinutes > 0) run.archiveAt = now + archiveAfterMinutes * 60_000;
     await this.persist(run);
     this.deps.log.info({ runId: run.runId, sessionKey: run.childSessionKey, status: outcome.status }, "sub-agent run ended");
     this.announceInBackground(run);
