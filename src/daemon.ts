@@ -164,6 +164,7 @@ export class Daemon {
     if (this.app.config.channels.webchat.enabled) {
       this.gateway.route("GET", "/", asset("index.html", "text/html; charset=utf-8"));
       this.gateway.route("GET", "/webchat.js", asset("webchat.js", "text/javascript; charset=utf-8"));
+      this.gateway.route("GET", "/webchat-client.js", asset("webchat-client.js", "text/javascript; charset=utf-8"));
       this.gateway.route("GET", "/webchat.css", asset("webchat.css", "text/css; charset=utf-8"));
     }
     this.gateway.route("GET", "/healthz", (_req, res) => {

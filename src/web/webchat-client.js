@@ -1,0 +1,329 @@
+// The web chat page's logic without the DOM, so that the same code runs in Node's tests:
+// - GatewayConnection speaks the gateway protocol (interfaces §3) and reconnects. A request made
+//   while disconnected waits for the next connection, and one left unanswered when a connection
+//   drops is sent again on the next: every request the page makes is safe to repeat (`chat.send`
+//   carries an idempotencyKey, which the daemon dedupes).
+// - ChatView is one session's conversation as the page shows it. After every (re)connect it is
+//   rebuilt from the transcript, so what was typed or answered while the page was offline is
+//   neither lost nor shown twice.
+
+/** Reconnect delays; the last one repeats. */
+const RETRY_MS = [500, 1000, 2000, 5000, 10000];
+
+export class GatewayConnection {
+  #url;
+  #token;
+  #WebSocket;
+  #retryMs;
+  #handlers;
+  /** @type {WebSocket | null} */
+  #ws = null;
+  #connected = false;
+  /** Stopped by the page, or refused for its token until a new one is given. */
+  #halted = false;
+  #attempt = 0;
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  #timer = undefined;
+  #nextId = 1;
+  /**
+   * Requests not yet answered, in the order they were made.
+   * @type {Map<string, {frame: string, resolve: (payload: any) => void, reject: (err: Error) => void}>}
+   */
+  #waiting = new Map();
+
+  /**
+   * @param {{url: string, token?: string | null, WebSocket?: any, retryMs?: number[],
+   *   onStatus?: (text: string) => void, onReady?: () => void, onEvent?: (name: string, payload: any) => void,
+   *   onUnauthorized?: () => void}} options
+   */
+  constructor({ url, token, WebSocket = globalThis.WebSocket, retryMs = RETRY_MS, onStatus, onReady, onEvent, onUnauthorized }) {
+    this.#url = url;
+    this.#token = token || undefined;
+    this.#WebSocket = WebSocket;
+    this.#retryMs = retryMs;
+    const ignore = () => {};
+    this.#handlers = { onStatus: onStatus ?? ignore, onReady: onReady ?? ignore, onEvent: onEvent ?? ignore, onUnauthorized: onUnauthorized ?? ignore };
+  }
+
+  get connected() {
+    return this.#connected;
+  }
+
+  start() {
+    this.#halted = false;
+    this.#open();
+  }
+
+  stop() {
+    this.#halted = true;
+    clearTimeout(this.#timer);
+    this.#drop();
+  }
+
+  /**
+   * Connect again, now with this token (after the gateway refused the previous one).
+   * @param {string | null | undefined} token
+   */
+  setToken(token) {
+    this.#token = token || undefined;
+    clearTimeout(this.#timer);
+    this.#drop();
+    this.start();
+  }
+
+  /**
+   * @param {string} method
+   * @param {Record<string, unknown>} params
+   * @returns {Promise<any>}
+   */
+  request(method, params) {
+    const id = String(this.#nextId++);
+    const frame = JSON.stringify({ type: "req", id, method, params });
+    return new Promise((resolve, reject) => {
+      this.#waiting.set(id, { frame, resolve, reject });
+      if (this.#connected) this.#ws?.send(frame);
+    });
+  }
+
+  #open() {
+    this.#handlers.onStatus("Connecting…");
+    const ws = new this.#WebSocket(this.#url);
+    this.#ws = ws;
+    ws.onmessage = (/** @type {MessageEvent} */ ev) => this.#onFrame(ws, ev.data);
+    ws.onclose = () => this.#onClose(ws);
+    // A failed connection is followed by its close, which schedules the retry.
+    ws.onerror = () => {};
+  }
+
+  /** Forget the current socket without reacting to its close. */
+  #drop() {
+    const ws = /** @type {WebSocket | null} */ (this.#ws);
+    this.#ws = null;
+    this.#connected = false;
+    // Its close and any late frame are ignored: it is no longer the current socket.
+    ws?.close();
+  }
+
+  /**
+   * @param {WebSocket} ws
+   * @param {unknown} data
+   */
+  #onFrame(ws, data) {
+    if (ws !== this.#ws) return;
+    let frame;
+    try {
+      frame = JSON.parse(String(data));
+    } catch {
+      return;
+    }
+    if (frame.type === "event" && frame.event === "connect.challenge") {
+      ws.send(JSON.stringify({ type: "req", id: "connect", method: "connect", params: {
+        minProtocol: 3, maxProtocol: 4, role: "operator", scopes: ["operator.read", "operator.write"],
+        client: { id: "switchboard-webchat", version: "1", platform: "browser", mode: "webchat" },
+        auth: this.#token ? { token: this.#token } : {},
+      } }));
+    } else if (frame.type === "res" && frame.id === "connect") {
+      this.#onConnectAnswer(ws, frame);
+    } else if (frame.type === "res") {
+      const waiting = this.#waiting.get(frame.id);
+      if (!waiting) return;
+      this.#waiting.delete(frame.id);
+      if (frame.ok) waiting.resolve(frame.payload);
+      else waiting.reject(Object.assign(new Error(frame.error?.message ?? "request failed"), frame.error));
+    } else if (frame.type === "event") {
+      this.#handlers.onEvent(frame.event, frame.payload);
+    }
+  }
+
+  /**
+   * @param {WebSocket} ws
+   * @param {{ok: boolean, error?: {code?: string, message?: string}}} frame
+   */
+  #onConnectAnswer(ws, frame) {
+    if (frame.ok) {
+      this.#connected = true;
+      this.#attempt = 0;
+      this.#handlers.onStatus("Connected");
+      for (const { frame: request } of this.#waiting.values()) ws.send(request);
+      this.#handlers.onReady();
+    } else if (frame.error?.code === "UNAUTHORIZED") {
+      // Retrying the same token cannot succeed: wait for the page to supply another.
+      this.#halted = true;
+      this.#handlers.onStatus("The gateway needs a token");
+      this.#handlers.onUnauthorized();
+    } else {
+      this.#handlers.onStatus(`Refused: ${frame.error?.message ?? "unknown error"}`);
+    }
+  }
+
+  /** @param {WebSocket} ws */
+  #onClose(ws) {
+    if (ws !== this.#ws) return;
+    this.#connected = false;
+    if (this.#halted) return;
+    const delay = this.#retryMs[Math.min(this.#attempt++, this.#retryMs.length - 1)];
+    this.#handlers.onStatus("Disconnected — reconnecting…");
+    this.#timer = setTimeout(() => this.#open(), delay);
+  }
+}
+
+/**
+ * `main` and `agent:<id>:main` name the same session for the page.
+ * @param {string} a
+ * @param {string} b
+ */
+export function sameSession(a, b) {
+  const isMain = (/** @type {string} */ key) => /^agent:[^:]+:main$/.test(key);
+  return a === b || (a === "main" && isMain(b)) || (b === "main" && isMain(a));
+}
+
+/**
+ * The text of a transcript message: its string content, or its text blocks joined.
+ * @param {{content?: string | Array<{type: string, text?: string}>} | undefined} message
+ * @returns {string}
+ */
+export function textOf(message) {
+  if (typeof message?.content === "string") return message.content;
+  return (message?.content || []).filter((b) => b.type === "text").map((b) => b.text ?? "").join("");
+}
+
+/**
+ * @typedef {{role: "user" | "assistant" | "error", text: string, pending?: boolean, runId?: string}} ChatItem
+ * @typedef {{runId?: string, sessionKey: string, state: "delta" | "final" | "error", message?: {content?: any}, errorMessage?: string}} ChatEvent
+ */
+export class ChatView {
+  #conn;
+  #onChange;
+  #sessionKey;
+  /** @type {ChatItem[]} */
+  items = [];
+  /**
+   * Runs whose reply is not shown yet: runId → the message sent, whether the gateway has answered
+   * its `chat.send`, and whether it was already waiting when the last reload began.
+   * @type {Map<string, {text: string, accepted: boolean, carried: boolean}>}
+   */
+  #awaiting = new Map();
+  /** Runs whose reply the last reloads read from the transcript: their `chat` event is a repeat. */
+  #fromHistory = new Set();
+  /** `chat.send` requests not yet answered. */
+  #sends = new Set();
+  #generation = 0;
+  #reloading = false;
+  /**
+   * `chat` events that came during a reload, applied once it has rendered.
+   * @type {ChatEvent[]}
+   */
+  #buffered = [];
+
+  /** @param {GatewayConnection} conn */
+  constructor(conn, { sessionKey = "main", onChange = () => {} } = {}) {
+    this.#conn = conn;
+    this.#sessionKey = sessionKey;
+    this.#onChange = onChange;
+  }
+
+  get sessionKey() {
+    return this.#sessionKey;
+  }
+
+  /**
+   * Show another session.
+   * @param {string} sessionKey
+   */
+  open(sessionKey) {
+    this.#sessionKey = sessionKey;
+    this.#awaiting.clear();
+    this.#fromHistory.clear();
+    this.#buffered = [];
+    return this.reload();
+  }
+
+  /**
+   * Rebuild from the transcript: on every (re)connect, and on opening a session. Sends still
+   * unanswered are answered first (the connection sends them again), so their messages are in it.
+   */
+  async reload() {
+    const generation = ++this.#generation;
+    this.#reloading = true;
+    for (const run of this.#awaiting.values()) run.carried = true;
+    await Promise.allSettled([...this.#sends]);
+    // Asked before the history is read: a run finished by then has its reply in what is read.
+    const failed = [];
+    for (const runId of [...this.#awaiting.keys()]) {
+      const run = await this.#conn.request("agent.wait", { runId, timeoutMs: 0 }).catch(() => undefined);
+      if (!run || run.status === "timeout") continue;
+      this.#awaiting.delete(runId);
+      if (run.status === "ok") this.#fromHistory.add(runId);
+      else failed.push({ role: "error", text: run.error || "The agent failed." });
+    }
+    // A send answered by now is in the history read next; one made meanwhile is shown from here.
+    const accepted = new Set([...this.#awaiting].filter(([, run]) => run.accepted).map(([runId]) => runId));
+    let items;
+    try {
+      const history = await this.#conn.request("chat.history", { sessionKey: this.#sessionKey, limit: 200 });
+      items = history.messages.flatMap((/** @type {{role: string, content: any}} */ m) => (m.role === "user" || (m.role === "assistant" && textOf(m)) ? [{ role: m.role, text: textOf(m) }] : []));
+    } catch (caught) {
+      const err = /** @type {Error & {code?: string}} */ (caught);
+      items = err.code === "NOT_FOUND" ? [] : [{ role: "error", text: err.message }];
+    }
+    if (generation !== this.#generation) return;
+    const waiting = [...this.#awaiting].flatMap(([runId, run]) => [
+      ...(accepted.has(runId) ? [] : [{ role: "user", text: run.text }]),
+      { role: "assistant", text: "…", pending: true, runId },
+    ]);
+    this.items = [...items, ...failed, ...waiting];
+    this.#reloading = false;
+    this.#onChange();
+    for (const event of this.#buffered.splice(0)) this.onChat(event);
+  }
+
+  /**
+   * Send a message; its reply arrives as a `chat` event.
+   * @param {string} text
+   */
+  async send(text) {
+    const message = text.trim();
+    if (!message) return;
+    const runId = crypto.randomUUID();
+    this.#awaiting.set(runId, { text: message, accepted: false, carried: false });
+    this.items.push({ role: "user", text: message }, { role: "assistant", text: "…", pending: true, runId });
+    this.#onChange();
+    const sending = this.#conn.request("chat.send", { sessionKey: this.#sessionKey, message, idempotencyKey: runId });
+    this.#sends.add(sending);
+    try {
+      await sending;
+      const run = this.#awaiting.get(runId);
+      if (run) run.accepted = true;
+    } catch (err) {
+      this.onChat({ runId, sessionKey: this.#sessionKey, state: "error", errorMessage: /** @type {Error} */ (err).message });
+    } finally {
+      this.#sends.delete(sending);
+    }
+  }
+
+  /**
+   * A `chat` event from the gateway.
+   * @param {ChatEvent} event
+   */
+  onChat(event) {
+    if (!sameSession(event.sessionKey, this.#sessionKey)) return;
+    if (this.#reloading) {
+      this.#buffered.push(event);
+      return;
+    }
+    const { runId } = event;
+    if (runId && this.#fromHistory.has(runId)) return;
+    if (event.state === "final" && runId && this.#awaiting.get(runId)?.carried) {
+      // Waiting since before the last reload: whether that read had the reply is unknown, and the
+      // transcript has it now. Reading it again shows it exactly once.
+      this.#awaiting.delete(runId);
+      void this.reload();
+      return;
+    }
+    if (runId) this.#awaiting.delete(runId);
+    this.items = this.items.filter((item) => !(item.pending && item.runId === runId));
+    if (event.state === "final") this.items.push({ role: "assistant", text: textOf(event.message) });
+    else if (event.state === "error") this.items.push({ role: "error", text: event.errorMessage || "The agent failed." });
+    this.#onChange();
+  }
+}

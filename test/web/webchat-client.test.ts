@@ -1,0 +1,233 @@
+/**
+ * The web chat page's logic (src/web/webchat-client.js, the code the browser runs) against the
+ * real gateway, through a relay that makes the connection faults a laptop's page meets: the daemon
+ * restarting, Wi-Fi dropping, an answer lost on the way. Nothing typed is lost or run twice, and
+ * every reply is shown exactly once.
+ */
+import { afterEach, expect, it, vi } from "vitest";
+import WebSocket from "ws";
+import type { ConfigInput } from "../../src/config/schema.js";
+import { ChatView, GatewayConnection } from "../../src/web/webchat-client.js";
+import { echoLastUser, type Responder } from "../fakes/model-server.js";
+import { FaultRelay } from "../helpers/fault-relay.js";
+import { startHarness, type Harness } from "../helpers/harness.js";
+
+let h: Harness | undefined;
+let relay: FaultRelay | undefined;
+let conn: GatewayConnection | undefined;
+
+afterEach(async () => {
+  conn?.stop();
+  await relay?.stop();
+  await h?.stop();
+  conn = relay = h = undefined;
+});
+
+interface PageOptions {
+  responder?: Responder;
+  config?: ConfigInput;
+  token?: string;
+  retryMs?: number[];
+  onStatus?: (text: string) => void;
+}
+
+async function page(opts: PageOptions = {}) {
+  h = await startHarness({ responder: opts.responder, config: opts.config });
+  relay = new FaultRelay(Number(new URL(h.url).port));
+  const port = await relay.start();
+  const state = { reloads: 0, unauthorized: 0 };
+  conn = new GatewayConnection({
+    url: `ws://127.0.0.1:${port}/`,
+    token: opts.token,
+    WebSocket,
+    retryMs: opts.retryMs ?? [20],
+    onStatus: opts.onStatus,
+    onReady: () => void view.reload().then(() => state.reloads++),
+    onEvent: (name, payload) => name === "chat" && view.onChat(payload),
+    onUnauthorized: () => state.unauthorized++,
+  });
+  const view = new ChatView(conn);
+  return { view, state, shown: () => view.items.map((i) => `${i.role}: ${i.text}`), runIdOf: (n: number) => view.items.filter((i) => i.pending)[n]?.runId };
+}
+
+async function userMessages(text: string): Promise<number> {
+  const history = await (await h!.client()).request("chat.history", { sessionKey: "main" });
+  return (history.messages as Array<{ role: string; content: unknown }>).filter((m) => m.role === "user" && m.content === text).length;
+}
+
+it("a message typed while the gateway is unreachable waits, then is sent once it is back: one run, its reply shown once", async () => {
+  const p = await page();
+  relay!.down();
+  conn!.start();
+  const sending = p.view.send("hello");
+  expect(p.shown()).toEqual(["user: hello", "assistant: …"]);
+  relay!.up();
+  await sending;
+  await vi.waitFor(() => expect(p.shown()).toEqual(["user: hello", "assistant: echo: hello"]));
+  expect(h!.model.requests).toHaveLength(1);
+  expect(await userMessages("hello")).toBe(1);
+});
+
+it("the retry delay starts over once a connection succeeds", async () => {
+  // Back right after the first failed attempt, so that exactly one has failed.
+  const p = await page({ retryMs: [20, 60_000], onStatus: (text) => text.startsWith("Disconnected") && relay!.up() });
+  relay!.down();
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  relay!.down();
+  relay!.up();
+  // Had the failed first attempt's count been kept, the next try would be a minute away.
+  await vi.waitFor(() => expect(p.state.reloads).toBe(2));
+});
+
+it("a run that failed while the page was away shows its error after the reconnect", async () => {
+  const p = await page({ responder: () => ({ status: 400, error: "model refused" }) });
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  relay!.deaf();
+  void p.view.send("doomed");
+  const runId = p.runIdOf(0)!;
+  await vi.waitFor(() => expect(h!.app.runtime.get(runId)?.status).toBe("error"));
+  relay!.down();
+  relay!.up();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(2));
+  expect(p.shown()).toEqual(["user: doomed", expect.stringMatching(/^error: .*model refused/)]);
+});
+
+it("a chat.send whose answer was lost is sent again with its idempotencyKey: the daemon runs it once, and the reply that came meanwhile is shown once", async () => {
+  const p = await page();
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  relay!.deaf();
+  void p.view.send("once");
+  const runId = p.runIdOf(0)!;
+  // The daemon took the message and answered it, but neither its answer nor the reply reached the page.
+  await vi.waitFor(() => expect(h!.app.runtime.get(runId)?.status).toBe("ok"));
+  expect(p.shown()).toEqual(["user: once", "assistant: …"]);
+  relay!.down();
+  relay!.up();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(2));
+  expect(p.shown()).toEqual(["user: once", "assistant: echo: once"]);
+  expect(h!.model.requests).toHaveLength(1);
+  expect(await userMessages("once")).toBe(1);
+});
+
+it("a run still going across a reconnect keeps its placeholder, and its reply is shown once when it comes", async () => {
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const p = await page({ responder: async (req, i) => (await gate, echoLastUser(req, i)) });
+  conn!.start();
+  void p.view.send("slow");
+  await vi.waitFor(() => expect(h!.model.requests).toHaveLength(1));
+  relay!.down();
+  relay!.up();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(2));
+  expect(p.shown()).toEqual(["user: slow", "assistant: …"]);
+  release();
+  await vi.waitFor(() => expect(p.shown()).toEqual(["user: slow", "assistant: echo: slow"]));
+  expect(await userMessages("slow")).toBe(1);
+});
+
+it("R29 a chat.send the gateway refuses shows its error in place of the placeholder", async () => {
+  const p = await page({ config: { session: { sendPolicy: { default: "deny" } } } });
+  conn!.start();
+  await p.view.send("blocked?");
+  await vi.waitFor(() => expect(p.shown()).toEqual(["user: blocked?", "error: send blocked by session policy"]));
+  expect(h!.model.requests).toHaveLength(0);
+});
+
+it("a token the gateway refuses stops the retries until the page gives another; then the page loads", async () => {
+  const TOKEN = "webchat-token-0123456789";
+  const p = await page({ config: { gateway: { auth: { token: TOKEN } } }, token: "wrong" });
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.unauthorized).toBe(1));
+  // Twenty retry delays later, still that one attempt.
+  await new Promise((resolve) => setTimeout(resolve, 400));
+  expect(relay!.connections).toBe(1);
+  conn!.setToken(TOKEN);
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  await p.view.send("in");
+  await vi.waitFor(() => expect(p.shown()).toEqual(["user: in", "assistant: echo: in"]));
+  // A new token while connected replaces the connection: the old one's close starts no other.
+  conn!.setToken(TOKEN);
+  await vi.waitFor(() => expect(p.state.reloads).toBe(2));
+  await new Promise((resolve) => setTimeout(resolve, 400));
+  expect(relay!.connections).toBe(3);
+  expect(conn!.connected).toBe(true);
+});
+
+/**
+ * A stand-in for the gateway connection whose answers the test scripts: used where the order of
+ * answers and events that matters cannot be produced on demand through the real gateway.
+ */
+function scripted(answer: (method: string, params: Record<string, string>) => unknown) {
+  const view = new ChatView({ request: async (method: string, params: Record<string, string>) => answer(method, params) } as unknown as GatewayConnection);
+  return { view, shown: () => view.items.map((i) => `${i.role}: ${i.text}`) };
+}
+const said = (text: string) => ({ role: "assistant", content: [{ type: "text", text }] });
+
+it("a reply that a reload already read from the transcript is not shown again when its event comes after", async () => {
+  // The run ends between the reload's agent.wait and its chat.history read.
+  const transcript: unknown[] = [];
+  const { view, shown } = scripted((method, params) => {
+    if (method === "chat.send") return void transcript.push({ role: "user", content: params.message });
+    if (method === "agent.wait") {
+      transcript.push(said("done"));
+      return { runId: params.runId, status: "timeout" };
+    }
+    return { messages: [...transcript] };
+  });
+  await view.send("race");
+  const runId = view.items[1].runId!;
+  await view.reload();
+  expect(shown()).toEqual(["user: race", "assistant: done", "assistant: …"]);
+  view.onChat({ runId, sessionKey: "agent:main:main", state: "final", message: said("done") });
+  await vi.waitFor(() => expect(shown()).toEqual(["user: race", "assistant: done"]));
+});
+
+it("an event that comes while the history is being read is shown after it, not overwritten by it", async () => {
+  const { view, shown } = scripted((method) => {
+    if (method !== "chat.history") throw new Error(`unexpected ${method}`);
+    view.onChat({ sessionKey: "main", state: "final", message: said("an announce") });
+    return { messages: [{ role: "user", content: "earlier" }] };
+  });
+  await view.reload();
+  expect(shown()).toEqual(["user: earlier", "assistant: an announce"]);
+});
+
+it("a reload waits for the sends still unanswered, so a message the daemon stored is shown once, from the transcript", async () => {
+  const transcript: unknown[] = [];
+  let answer!: () => void;
+  const { view, shown } = scripted((method, params) => {
+    if (method === "agent.wait") return { runId: params.runId, status: "timeout" };
+    if (method === "chat.history") return { messages: [...transcript] };
+    // Stored at once, answered later: the answer was lost and the resent request is in flight.
+    transcript.push({ role: "user", content: params.message });
+    return new Promise((resolve) => (answer = () => resolve({ runId: params.idempotencyKey, status: "started" })));
+  });
+  void view.send("stored");
+  const reloaded = view.reload();
+  answer();
+  await reloaded;
+  expect(shown()).toEqual(["user: stored", "assistant: …"]);
+});
+
+it("opening another session while the first still loads shows the second, whatever order the answers come in", async () => {
+  let first: (() => void) | undefined;
+  const { view, shown } = scripted((_method, params) =>
+    params.sessionKey === "slow" ? new Promise((resolve) => (first = () => resolve({ messages: [said("slow session")] }))) : { messages: [said("fast session")] },
+  );
+  const slow = view.open("slow");
+  await vi.waitFor(() => expect(first).toBeDefined());
+  await view.open("fast");
+  first!();
+  await slow;
+  expect(shown()).toEqual(["assistant: fast session"]);
+});
+
+it("events of other sessions are not shown; main and agent:<id>:main are the same session", async () => {
+  const { view, shown } = scripted(() => ({ messages: [] }));
+  view.onChat({ sessionKey: "agent:main:other", state: "final", message: said("elsewhere") });
+  view.onChat({ sessionKey: "agent:main:main", state: "final", message: said("here") });
+  expect(shown()).toEqual(["assistant: here"]);
+});
