@@ -41,6 +41,7 @@ describe("config", () => {
     [{ chanels: {} }, '(root): unknown key(s) "chanels"'],
     [{ session: { agentToAgent: { maxPingPongTurns: 9 } } }, "session.agentToAgent.maxPingPongTurns: Too big: expected number to be <=5"],
     [{ commands: { owners: ["alice"] } }, "commands.owners.0: owner entries look like <channel>:<platform user id>"],
+    [{ channels: { telegram: { owners: ["@telegram:123"] } } }, "channels.telegram.owners.0: owner entries look like <channel>:<platform user id>"],
     [
       { cron: { jobs: [{ id: "daily", schedule: "0 9 * * *", message: "a" }, { id: "Daily", schedule: "0 18 * * *", message: "b" }] } },
       'cron.jobs.1.id: cron job id "Daily" is already the id of jobs[0] (ids name the job\'s cron:<id> session, compared case-insensitively)',
@@ -74,6 +75,20 @@ describe("config", () => {
       { path: "channels.telegram.botToken", variable: "TG_TOKEN" },
       { path: "models.providers.local.apiKey", variable: "KEY" },
     ]);
+  });
+
+  it("SWITCHBOARD_STATE_DIR overrides stateDir; SWITCHBOARD_GATEWAY_TOKEN supplies only a token the file leaves empty", () => {
+    expect(parseConfig({ stateDir: "/from/file" }, "<t>", { SWITCHBOARD_STATE_DIR: "/from/env" }).stateDir).toBe("/from/env");
+    expect(parseConfig({ stateDir: "/from/file" }, "<t>", {}).stateDir).toBe("/from/file");
+    expect(parseConfig({}, "<t>", { SWITCHBOARD_GATEWAY_TOKEN: "env-token" }).gateway.auth.token).toBe("env-token");
+    expect(parseConfig({ gateway: { auth: { token: "file-token" } } }, "<t>", { SWITCHBOARD_GATEWAY_TOKEN: "env-token" }).gateway.auth.token).toBe("file-token");
+    expect(parseConfig({ gateway: { auth: { token: "" } } }, "<t>", {}).gateway.auth.token).toBeUndefined();
+  });
+
+  it("defaults: a chat channel's section left empty is disabled, requires a mention in groups and has no owners of its own", () => {
+    const c = parseConfig({ channels: { telegram: {}, discord: {}, whatsapp: {} } }, "<t>", {});
+    for (const ch of [c.channels.telegram, c.channels.discord, c.channels.whatsapp]) expect(ch).toMatchObject({ enabled: false, requireMention: true, owners: [] });
+    expect(c.commands.owners).toEqual([]);
   });
 
   it("the result is frozen so nothing mutates config at runtime", () => {

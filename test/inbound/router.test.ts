@@ -2,6 +2,7 @@ import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import sqlite3 from "sqlite3";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import type { InboundMessage } from "../../src/channels/types.js";
 import { GIVEN_UP_NOTICE, MAX_RESUMES } from "../../src/inbound/router.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { stateDirWithPending, withInboundStore, type StoredInbound } from "../helpers/inbound-store.js";
@@ -30,6 +31,23 @@ function blockTranscripts(stateDir: string): string {
   return dir;
 }
 
+/**
+ * A connection of the test's own to the daemon's SQLite file: a trigger on it makes the store's
+ * statements fail as they would on a full disk.
+ */
+async function openStoreDb(stateDir: string) {
+  const db = await new Promise<sqlite3.Database>((resolve, reject) => {
+    const d = new sqlite3.Database(path.join(stateDir, "switchboard.sqlite"), (err) => (err ? reject(err) : resolve(d)));
+  });
+  return {
+    exec: (sql: string) => new Promise<void>((resolve, reject) => db.exec(sql, (err) => (err ? reject(err) : resolve()))),
+    close: () => new Promise<void>((resolve) => db.close(() => resolve())),
+  };
+}
+
+const inboundId = (msg: InboundMessage) => `${msg.channel}:${msg.accountId}:${msg.messageId}`;
+const DAY_MS = 24 * 3600_000;
+
 describe("inbound router", () => {
   it("D1 R1 a direct message runs the agent on agent:main:main and the reply goes back through the outbox", async () => {
     const { h, telegram } = await boot();
@@ -46,11 +64,11 @@ describe("inbound router", () => {
     expect(telegram.typingCalls).toHaveLength(0);
     h.model.setResponder(() => ({ content: "slow answer", delayMs: 900 }));
     await h.app.router.accept(inbound({ text: "slow", peerId: "1001", to: "1001" }));
-    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: quick", "slow answer"]));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: quick", "slow answer"]), { timeout: 5000 });
     expect(telegram.typingCalls.map((t) => t.to)).toEqual(["1001"]);
     // A second slow run in the same chat right after: the indicator is not repeated within seconds.
     await h.app.router.accept(inbound({ text: "slow again", peerId: "1001", to: "1001" }));
-    await vi.waitFor(() => expect(telegram.textsTo("1001")).toHaveLength(3));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toHaveLength(3), { timeout: 5000 });
     expect(telegram.typingCalls.map((t) => t.to)).toEqual(["1001"]);
   });
 
@@ -225,25 +243,20 @@ describe("inbound router", () => {
 
   it("a store failure on the reply's outbox write is retried: once the store writes again, the run's answer is sent once, with no second model call", async () => {
     const { h, telegram } = await boot();
-    // The daemon's own SQLite file refuses the reply's record (a trigger of the test's, through a
-    // connection of its own): the store's statement fails as it would on a full disk.
-    const db = await new Promise<sqlite3.Database>((resolve, reject) => {
-      const d = new sqlite3.Database(path.join(h.stateDir, "switchboard.sqlite"), (err) => (err ? reject(err) : resolve(d)));
-    });
-    const exec = (sql: string) => new Promise<void>((resolve, reject) => db.exec(sql, (err) => (err ? reject(err) : resolve())));
+    const db = await openStoreDb(h.stateDir);
     try {
-      await exec("CREATE TRIGGER test_refuse_reply BEFORE INSERT ON keyv WHEN NEW.key LIKE 'outbox:reply:%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+      await db.exec("CREATE TRIGGER test_refuse_reply BEFORE INSERT ON keyv WHEN NEW.key LIKE 'outbox:reply:%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
       await h.app.router.accept(inbound({ text: "answer me" }));
       await vi.waitFor(() => expect(h.app.router.counts.retrying).toBe(1), { timeout: 5000 });
       expect(h.model.requests).toHaveLength(1);
       expect(telegram.sent).toHaveLength(0);
-      await exec("DROP TRIGGER test_refuse_reply");
+      await db.exec("DROP TRIGGER test_refuse_reply");
       await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: answer me"]), { timeout: 5000 });
       await h.app.router.idle();
       expect(h.model.requests).toHaveLength(1);
       expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0, failed: 0, givenUp: 0 });
     } finally {
-      await new Promise<void>((resolve) => db.close(() => resolve()));
+      await db.close();
     }
   });
 
@@ -326,6 +339,199 @@ describe("inbound router", () => {
     h.model.setResponder(() => ({ status: 500, error: "upstream exploded" }));
     await h.app.router.accept(inbound({ text: "hi" }));
     await vi.waitFor(() => expect(telegram.textsTo("1001")[0]).toMatch(/^⚠️ model call failed .*HTTP 500/), { timeout: 10_000 });
+  });
+
+  it("a message finished before a restart is still a duplicate when the platform delivers it again (done ids are kept a day); one finished longer ago is deleted at start and processed again", async () => {
+    const recent = inbound({ text: "answered an hour ago" });
+    const expired = inbound({ text: "answered two days ago" });
+    const stateDir = await stateDirWithPending([]);
+    await withInboundStore(stateDir, async (space) => {
+      await space.set(inboundId(recent), { id: inboundId(recent), state: "done", receivedAt: Date.now() - 3600_000 });
+      await space.set(inboundId(expired), { id: inboundId(expired), state: "done", receivedAt: Date.now() - 2 * DAY_MS });
+    });
+    const { h, telegram } = await boot({}, stateDir);
+    expect(await h.app.kv.space("inbound").get(inboundId(expired))).toBeUndefined();
+    expect(await h.app.router.accept(recent)).toEqual({ status: "duplicate" });
+    expect(await h.app.router.accept(expired)).toEqual({ status: "accepted" });
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: answered two days ago"]));
+    expect(h.model.requests).toHaveLength(1);
+  });
+
+  it("prune deletes only done records past the dedupe window: a message still being processed is kept however old, a fresh done one is kept", async () => {
+    const { h, telegram } = await boot();
+    const done = inbound({ text: "done already" });
+    await h.app.router.accept(done);
+    await h.app.router.idle();
+    h.model.setResponder(() => ({ content: "slow answer", delayMs: 1500 }));
+    const busy = inbound({ text: "still thinking" });
+    await h.app.router.accept(busy);
+    await vi.waitFor(() => expect(h.model.requests).toHaveLength(2));
+    const space = h.app.kv.space<StoredInbound>("inbound");
+    expect(await h.app.router.prune(Date.now())).toBe(0);
+    expect(await h.app.router.prune(Date.now() + 2 * DAY_MS)).toBe(1);
+    expect(await space.get(inboundId(done))).toBeUndefined();
+    expect(await space.get(inboundId(busy))).toMatchObject({ state: "pending" });
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: done already", "slow answer"]), { timeout: 5000 });
+  });
+
+  it("a message whose accept write failed is neither processed nor remembered: the platform's redelivery is processed, and answered once", async () => {
+    const { h, telegram } = await boot();
+    const db = await openStoreDb(h.stateDir);
+    const msg = inbound({ text: "deliver me" });
+    try {
+      await db.exec("CREATE TRIGGER test_refuse_inbound BEFORE INSERT ON keyv WHEN NEW.key LIKE 'inbound:%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+      await expect(h.app.router.accept(msg)).rejects.toThrow(/refused by the test/);
+      await h.app.router.idle();
+      expect(h.model.requests).toHaveLength(0);
+      await db.exec("DROP TRIGGER test_refuse_inbound");
+    } finally {
+      await db.close();
+    }
+    expect(await h.app.router.accept(msg)).toEqual({ status: "accepted" });
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: deliver me"]));
+    expect(h.model.requests).toHaveLength(1);
+  });
+
+  it("a failed write of the session entry leaves the message pending and retried, not done; once the store writes again it is done and the entry stored", async () => {
+    const { h } = await boot();
+    const db = await openStoreDb(h.stateDir);
+    // Unmentioned, so nothing but the entry is written to the sessions space on its way to done.
+    const msg = inbound({ chatType: "group", peerId: "-100900", to: "-100900", groupName: "Quiet room", wasMentioned: false, text: "just chatting" });
+    const space = h.app.kv.space<StoredInbound>("inbound");
+    try {
+      await db.exec("CREATE TRIGGER test_refuse_entry BEFORE INSERT ON keyv WHEN NEW.key LIKE 'sessions:%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+      await h.app.router.accept(msg);
+      await vi.waitFor(() => expect(h.app.router.counts.retrying).toBe(1), { timeout: 5000 });
+      expect(await space.get(inboundId(msg))).toMatchObject({ state: "pending" });
+      await db.exec("DROP TRIGGER test_refuse_entry");
+    } finally {
+      await db.close();
+    }
+    await vi.waitFor(() => expect(h.app.router.counts).toEqual({ pending: 0, retrying: 0, failed: 0, givenUp: 0 }), { timeout: 5000 });
+    expect(await space.get(inboundId(msg))).toMatchObject({ state: "done" });
+    expect(await h.app.kv.space("sessions").get("agent:main:telegram:group:-100900")).toMatchObject({ displayName: "Quiet room" });
+  });
+
+  it("messages accepted in one batch are resumed after a restart in the order they came, even within one millisecond", async () => {
+    const { h: first } = await boot();
+    const blocked = blockTranscripts(first.stateDir);
+    const batch = Array.from({ length: 12 }, (_, i) => inbound({ text: `part ${i + 1}`, messageId: `batch-${i + 1}` }));
+    // One clock reading for the whole batch, as for an adapter handing over a burst of updates.
+    const now = vi.spyOn(Date, "now").mockReturnValue(Date.now());
+    const accepted = Promise.all(batch.map((m) => first.app.router.accept(m)));
+    now.mockRestore();
+    await accepted;
+    await vi.waitFor(() => expect(first.app.router.counts.retrying).toBe(1), { timeout: 5000 });
+    h = undefined;
+    await first.stop({ keepState: true });
+    rmSync(blocked);
+
+    const { h: next } = await boot({}, first.stateDir);
+    await vi.waitFor(() => expect(next.app.router.counts.pending).toBe(0), { timeout: 10_000 });
+    await next.app.router.idle();
+    const said = await next.app.transcripts.readMessages(next.app.sessions.transcriptPath(next.app.sessions.require("agent:main:main")));
+    expect(said.flatMap((m) => (m.role === "user" ? [m.content] : []))).toEqual(batch.map((m) => m.text));
+  });
+
+  it("/new <text> starts a fresh session and runs <text> as its first message, from a chat message and from a native command", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "/new tell me a joke" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual([expect.stringMatching(/^⚙️ New session started/), "echo: tell me a joke"]));
+    const origin = { channel: "telegram", accountId: "default", chatType: "direct", peerId: OWNER, to: OWNER, senderId: OWNER, messageId: "native-new", timestamp: Date.now() } as const;
+    expect(await h.app.router.nativeCommand({ origin, text: "/new and another" })).toMatch(/^⚙️ New session started/);
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toContain("echo: and another"));
+    expect(h.model.requests).toHaveLength(2);
+    const said = await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(h.app.sessions.require("agent:main:main")));
+    expect(said.flatMap((m) => (m.role === "user" ? [m.content] : []))).toEqual(["and another"]);
+  });
+
+  it("R28 an owner's native /send in a chat never seen before records that chat on its session (route, chat type), as a message would", async () => {
+    const { h } = await boot({ commands: { owners: [`discord:${OWNER}`] } });
+    const origin = { channel: "discord", accountId: "default", chatType: "channel", peerId: "556", to: "556", senderId: OWNER, messageId: "native-send", timestamp: Date.now() } as const;
+    expect(await h.app.router.nativeCommand({ origin, text: "/send off" })).toBe("⚙️ Send policy set to off.");
+    expect(h.app.sessions.get("agent:main:discord:channel:556")).toMatchObject({ sendPolicy: "deny", chatType: "channel", lastChannel: "discord", lastTo: "556", deliveryContext: { channel: "discord", to: "556" } });
+  });
+
+  it("a non-owner's /new, /reset, /stop, /status, /sid and /help are ignored like /send (no reset, no answer, never a prompt); as native commands they are refused", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ text: "hello" }));
+    await vi.waitFor(() => expect(telegram.sent).toHaveLength(1));
+    const sessionId = h.app.sessions.require("agent:main:main").sessionId;
+    for (const text of ["/new", "/reset start over", "/stop", "/status", "/sid", "/help"]) await h.app.router.accept(inbound({ senderId: STRANGER, text }));
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(h.app.outbox.pending).toBe(0));
+    expect(telegram.textsTo("1001")).toEqual(["echo: hello"]);
+    expect(h.model.requests).toHaveLength(1);
+    const origin = { channel: "telegram", accountId: "default", chatType: "direct", peerId: STRANGER, to: STRANGER, senderId: STRANGER, timestamp: Date.now() } as const;
+    for (const text of ["/new", "/stop", "/status"]) expect(await h.app.router.nativeCommand({ origin: { ...origin, messageId: `native ${text}` }, text }), text).toMatch(/Not allowed/);
+    expect(h.app.sessions.require("agent:main:main").sessionId).toBe(sessionId);
+  });
+
+  it("R28 a channel's own owners list (channels.telegram.owners) lets that owner use /send; another channel's id listed there does not", async () => {
+    const { h, telegram } = await boot({ channels: { telegram: { enabled: false, requireMention: true, owners: ["telegram:3003", "discord:4004"] } } });
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100601", to: "-100601", wasMentioned: true, senderId: "4004", text: "/send off" }));
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100602", to: "-100602", wasMentioned: true, senderId: "3003", text: "/send off" }));
+    await vi.waitFor(() => expect(telegram.textsTo("-100602")).toEqual(["⚙️ Send policy set to off."]));
+    await h.app.router.idle();
+    expect(h.app.sessions.get("agent:main:telegram:group:-100602")?.sendPolicy).toBe("deny");
+    expect(h.app.sessions.get("agent:main:telegram:group:-100601")?.sendPolicy).toBeUndefined();
+    expect(telegram.textsTo("-100601")).toEqual([]);
+    expect(h.model.requests).toHaveLength(0);
+  });
+
+  it("mention gating covers channel chats (Discord) too, and a channel with no config section requires a mention (the schema's default)", async () => {
+    const { h } = await boot({ channels: { telegram: { enabled: false, requireMention: true }, discord: { enabled: false, requireMention: true } } });
+    const unmentioned = [
+      inbound({ channel: "discord", chatType: "channel", peerId: "555", to: "555", wasMentioned: false, text: "channel chatter" }),
+      inbound({ channel: "whatsapp", chatType: "group", peerId: "120363@g.us", to: "120363@g.us", wasMentioned: false, text: "group chatter" }),
+    ];
+    for (const m of unmentioned) await h.app.router.accept(m);
+    await h.app.router.idle();
+    expect(h.model.requests).toHaveLength(0);
+    for (const m of unmentioned) {
+      const entry = h.app.sessions.list().find((e) => e.lastTo === m.to)!;
+      expect((await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(entry))).map((x) => x.role === "user" && x.content), m.channel).toEqual([m.text]);
+    }
+    await h.app.router.accept(inbound({ channel: "discord", chatType: "channel", peerId: "555", to: "555", wasMentioned: true, text: "@bot hi" }));
+    await h.app.router.idle();
+    expect(h.model.requests).toHaveLength(1);
+  });
+
+  it("a message in a forum topic is answered in that topic, and its session keeps the thread as where to reply", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100500", to: "-100500", threadId: "42", wasMentioned: true, text: "in the topic" }));
+    await vi.waitFor(() => expect(telegram.textsTo("-100500")).toEqual(["echo: in the topic"]));
+    expect(telegram.sent[0].target).toMatchObject({ to: "-100500", threadId: "42" });
+    expect(h.app.sessions.get("agent:main:telegram:group:-100500:topic:42")).toMatchObject({ lastTo: "-100500", lastThreadId: "42", deliveryContext: { channel: "telegram", to: "-100500", threadId: "42" } });
+  });
+
+  it("an operator's chat.send into a Telegram group's session leaves the group as its route; a session born in web chat takes web chat", async () => {
+    const { h, telegram } = await boot();
+    const group = "agent:main:telegram:group:-100800";
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100800", to: "-100800", wasMentioned: true, text: "hi all" }));
+    await vi.waitFor(() => expect(telegram.textsTo("-100800")).toHaveLength(1));
+    for (const [sessionKey, runId] of [[group, "op-1"], ["agent:main:main", "op-2"]]) {
+      const sent = await h.app.router.chatSend({ sessionKey, agentId: "main", text: "operator here", runId });
+      expect(sent.kind).toBe("run");
+      if (sent.kind === "run") await sent.done;
+    }
+    expect(h.app.sessions.get(group)).toMatchObject({ lastChannel: "telegram", lastTo: "-100800", deliveryContext: { channel: "telegram", to: "-100800" } });
+    expect(h.app.sessions.get("agent:main:main")).toMatchObject({ lastChannel: "webchat", chatType: "direct", deliveryContext: { channel: "webchat", to: "agent:main:main" } });
+  });
+
+  it("/status counts only its own session's runs", async () => {
+    const { h, telegram } = await boot();
+    h.model.setResponder(() => ({ content: "slow", delayMs: 3000 }));
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100700", to: "-100700", wasMentioned: true, text: "think hard" }));
+    await vi.waitFor(() => expect(h.app.runtime.counts().running).toBe(1));
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "/status" }));
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100700", to: "-100700", wasMentioned: true, senderId: OWNER, text: "/status" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toHaveLength(1));
+    await vi.waitFor(() => expect(telegram.textsTo("-100700")).toHaveLength(1));
+    expect(telegram.textsTo("1001")[0]).toContain("runs: 0 running, 0 queued");
+    expect(telegram.textsTo("-100700")[0]).toContain("runs: 1 running, 0 queued");
   });
 });
 

@@ -156,6 +156,11 @@ describe("/send spoofing corpus", () => {
     // Idle means the answer is in the outbox; its send to the fake may still be on its way.
     await waitFor(() => policyReplies().length > 0, 10_000, "the owner's command answered");
     expect(policyReplies().map((m) => m.text)).toEqual(["⚙️ Send policy set to off."]);
+    // The adapter rewrites only "/cmd@OurBot " to "/cmd "; the colon form reaches the core as
+    // typed, which knows the bot's name from the adapter.
+    api.injectText({ chat: GROUP, from: OWNER, text: `/send@${api.bot.username}: on` });
+    await drained();
+    expect(h.app.sessions.get(`agent:main:telegram:group:${GROUP.id}`)?.sendPolicy).toBe("allow");
     expect(await h.app.router.nativeCommand({ origin: discordOrigin(DISCORD_OWNER, "Olivia", "n-owner"), text: "/send off" })).toBe("⚙️ Send policy set to off.");
     expect(h.app.sessions.get("agent:main:discord:channel:555")?.sendPolicy).toBe("deny");
   });

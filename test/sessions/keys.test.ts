@@ -157,4 +157,40 @@ describe("inbound route → session key", () => {
   ] as const)("R1 R2 a message %j routes to %s (a DM thread keeps its own :thread: session)", (msg, expected) => {
     expect(resolveRoute(config, msg)).toMatchObject({ agentId: "main", sessionKey: expected, matchedBy: "default" });
   });
+
+  it("a direct message follows the configured session.dmScope", () => {
+    expect(resolveRoute(parseConfig({ session: { dmScope: "per-channel-peer" } }, "<test>", {}), dm).sessionKey).toBe("agent:main:telegram:direct:42");
+  });
+});
+
+describe("inbound route → agent (bindings)", () => {
+  const config = parseConfig(
+    {
+      agents: { list: [{ id: "main" }, { id: "ops", default: true }, { id: "work" }, { id: "tg" }] },
+      bindings: [
+        { agentId: "work", match: { channel: "telegram", peer: { kind: "group", id: "-100777" } } },
+        // An agent that is not in agents.list: skipped, as if the binding were not there.
+        { agentId: "ghost", match: { channel: "telegram", peer: { kind: "group", id: "-100888" } } },
+        { agentId: "main", match: { channel: "discord", peer: { kind: "channel", id: "555" } } },
+        // No accountId: the default account only.
+        { agentId: "tg", match: { channel: "telegram" } },
+        { agentId: "work", match: { channel: "whatsapp", accountId: "*" } },
+      ],
+    },
+    "<test>",
+    {},
+  );
+  const tg = { channel: "telegram", accountId: "default", chatType: "group" } as const;
+
+  it.each([
+    ["an exact peer", { ...tg, peerId: "-100777" }, "work", "binding.peer"],
+    ["a peer binding is for its chat type only", { ...tg, chatType: "direct", peerId: "-100777" }, "tg", "binding.account"],
+    ["a binding to an unknown agent is skipped", { ...tg, peerId: "-100888" }, "tg", "binding.account"],
+    ["a thread takes its parent channel's binding", { channel: "discord", accountId: "default", chatType: "channel", peerId: "9001", parentPeerId: "555" }, "main", "binding.parent"],
+    ["a binding without accountId is not another account's", { ...tg, accountId: "second", peerId: "-100999" }, "ops", "default"],
+    ['accountId "*" matches every account', { channel: "whatsapp", accountId: "second", chatType: "direct", peerId: "+1555" }, "work", "binding.channel"],
+    ["unbound: the agent marked default, not the first listed", { channel: "discord", accountId: "default", chatType: "direct", peerId: "42" }, "ops", "default"],
+  ] as const)("%s", (_case, msg, agentId, matchedBy) => {
+    expect(resolveRoute(config, msg)).toMatchObject({ agentId, matchedBy });
+  });
 });
