@@ -13,7 +13,8 @@ import { classify, toPlatformError } from "../../adapters/telegram/errors.js";
 import { postBody } from "../../src/util/http-post.js";
 
 const TOKEN = "123456:SECRET-token_value";
-type Reply = { status: number; body: string; headers?: http.OutgoingHttpHeaders } | "hang";
+/** "hang" never answers; `write` answers by hand (a body in pieces, a connection cut). */
+type Reply = { status: number; body: string; headers?: http.OutgoingHttpHeaders } | "hang" | { write: (res: http.ServerResponse) => void };
 
 const servers: http.Server[] = [];
 const agents: http.Agent[] = [];
@@ -35,6 +36,7 @@ async function server(reply: (path: string, body: string) => Reply): Promise<{ r
       seen.push({ path: req.url ?? "", body, headers: req.headers });
       const r = reply(req.url ?? "", body);
       if (r === "hang") return;
+      if ("write" in r) return r.write(res);
       res.writeHead(r.status, { "content-type": "application/json", ...r.headers }).end(r.body);
     });
   });
@@ -149,6 +151,30 @@ describe("postBody bounds", () => {
   it("R3 a server that never answers times out", async () => {
     const { root } = await server(() => "hang");
     await expect(postBody(new URL(root), Buffer.from("{}"), { agent: agent(), headers: {}, timeoutMs: 100, maxResponseBytes: 1000 })).rejects.toThrow("Request timed out.");
+  });
+
+  it("a character whose bytes arrive in two reads of the response is decoded whole", async () => {
+    const bytes = Buffer.from('{"text":"😀"}');
+    const cut = bytes.indexOf(0xf0) + 2;
+    const { root } = await server(() => ({
+      write: (res) => {
+        res.writeHead(200, { "content-length": bytes.length });
+        // The rest later, so that the client reads the two parts separately.
+        res.write(bytes.subarray(0, cut), () => setTimeout(() => res.end(bytes.subarray(cut)), 20));
+      },
+    }));
+    const res = await postBody(new URL(root), Buffer.from("{}"), { agent: agent(), headers: {}, timeoutMs: 5000, maxResponseBytes: 1000 });
+    expect(JSON.parse(res.text)).toEqual({ text: "😀" });
+  });
+
+  it("a response cut off mid-body fails the call instead of hanging it", async () => {
+    const { root } = await server(() => ({
+      write: (res) => {
+        res.writeHead(200, { "content-length": 1000 });
+        res.write('{"ok":true,', () => res.socket?.destroy());
+      },
+    }));
+    await expect(postBody(new URL(root), Buffer.from("{}"), { agent: agent(), headers: {}, timeoutMs: 5000, maxResponseBytes: 10_000 })).rejects.toThrow();
   });
 
   it("S6 onWire runs once, before the server sees the request, even when the call then fails", async () => {

@@ -46,6 +46,9 @@ describe("chunkText", () => {
     ["a word longer than the limit is hard-broken", "abcdefghij", 4, ["abcd", "efgh", "ij"]],
     ["whitespace around a break is trimmed", "aaa   \n\n   bbb", 5, ["aaa", "bbb"]],
     ["CRLF line endings count as one newline", "aaa\r\nbbb", 5, ["aaa", "bbb"]],
+    // Sent as is, a bare CR shows as nothing (or a glyph) on most platforms, and hides fence lines.
+    ["a bare CR (old Mac line ending) becomes a newline", "aaa\rbbb", 100, ["aaa\nbbb"]],
+    ["a blank line holding spaces is still a paragraph break", "aaa\n \nbbb\nccc", 12, ["aaa", "bbb\nccc"]],
   ])("%s", (_rule, text, limit, expected) => {
     expect(chunkText(text, limit)).toEqual(expected);
   });
@@ -54,6 +57,8 @@ describe("chunkText", () => {
     ["emoji each take two code units", "😀😀😀", 3, ["😀", "😀", "😀"]],
     ["a pair straddling the limit moves whole to the next chunk", "a😀b", 2, ["a", "😀", "b"]],
     ["astral letters inside a word", "𝒳𝒳𝒳𝒳x", 5, ["𝒳𝒳", "𝒳𝒳x"]],
+    // U+10000 is D800 DC00 and U+10FFFF is DBFF DFFF: both ends of the surrogate ranges.
+    ["the first and the last astral code points", "a\u{10000}b\u{10FFFF}c", 2, ["a", "\u{10000}", "b", "\u{10FFFF}", "c"]],
   ])("never splits a surrogate pair: %s", (_case, text, limit, expected) => {
     expect(chunkText(text, limit)).toEqual(expected);
   });
@@ -96,6 +101,26 @@ describe("chunkText", () => {
       ["```not `a` fence", "plain text here"],
     ],
     ["a trailing fence marker with no code after it stays plain text", "see:\n```ts\n", 100, ["see:\n```ts"]],
+    [
+      // Markdown about markdown: a longer fence shows a shorter one, which must not close it.
+      "a ``` line inside a ```` fence is code, not the fence's end",
+      "````md\n```js\nlet a = 1;\n```\nmore\n````",
+      24,
+      ["````md\n```js\n````", "````md\nlet a = 1;\n````", "````md\n```\nmore\n````"],
+    ],
+    ["a ``` line inside a ~~~ fence is code, not the fence's end", "~~~\n```\ncode\n```\n~~~", 12, ["~~~\n```\n~~~", "~~~\ncode\n~~~", "~~~\n```\n~~~"]],
+    [
+      "a fence with only blank lines left before its end is not reopened for them",
+      "```py\nprint(1)\n   \n```\nafter",
+      20,
+      ["```py\nprint(1)\n```", "after"],
+    ],
+    [
+      "a fence whose opening line alone leaves no room for code degrades to plain text instead of failing",
+      "```typescript\nlet x = 1;\n```",
+      10,
+      ["```typescr", "ipt", "let x = 1;", "```"],
+    ],
   ])("%s", (_rule, text, limit, expected) => {
     const chunks = chunkText(text, limit);
     expect(chunks).toEqual(expected);

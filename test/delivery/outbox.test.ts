@@ -64,15 +64,17 @@ const journalFile = (stateDir: string) => path.join(stateDir, "outbox-journal.js
 /**
  * A record left in the store by a previous process, then a fresh outbox that resumes it. An
  * interrupted record's chunk got as far as the journal line (its platform call may have started)
- * unless `journaled` is false.
+ * unless `journaled` is false. `prepare` sets up more of the previous process's state first
+ * (a session for the record's transcript).
  */
-async function resumeAfterRestart(record: OutboxRecord, adapter = new RecordingAdapter("telegram", "default", 50), journaled = true) {
+async function resumeAfterRestart(record: OutboxRecord, adapter = new RecordingAdapter("telegram", "default", 50), journaled = true, prepare?: (first: Awaited<ReturnType<typeof setup>>) => Promise<unknown>) {
   const first = await setup();
+  await prepare?.(first);
   await first.kv.space<OutboxRecord>("outbox").set(record.id, record);
   if (journaled && record.attempted !== undefined) writeFileSync(journalFile(first.stateDir), `${JSON.stringify([record.id, record.attempted])}\n`);
   const second = await setup({ stateDir: first.stateDir, adapter });
   await vi.waitFor(() => expect(second.outbox.get(record.id)?.state).toBe("sent"));
-  return { adapter, outbox: second.outbox };
+  return { adapter, outbox: second.outbox, sessions: second.sessions, transcripts: second.transcripts };
 }
 
 const interrupted = (id: string, chunks: string[], attempted: number): OutboxRecord => ({
@@ -125,6 +127,9 @@ describe("outbox — the one outbound gate", () => {
     expect(adapter.sent.length).toBeGreaterThan(1);
     expect(adapter.sent.every((m) => m.text.length <= 50)).toBe(true);
     expect(adapter.sent.map((m) => m.text).join("\n")).toBe(text);
+    // The platform's id of every chunk, in order: what `send` answers and a reply would edit.
+    expect(result).toMatchObject({ messageIds: adapter.sent.map((_, i) => String(i + 1)) });
+    expect(outbox.pending).toBe(0);
   });
 
   it("Discord replies are cut at 17 lines a message even well under its character limit (openclaw-behaviour §8: maxLinesPerMessage)", async () => {
@@ -158,11 +163,74 @@ describe("outbox — the one outbound gate", () => {
   });
 
   it("retries a rate-limited send (honouring retry_after) and delivers exactly once", async () => {
-    const { outbox, adapter } = await setup();
-    adapter.failures.push(new PlatformError("telegram", "rate_limited", "429 Too Many Requests", { retryAfterMs: 5 }), new PlatformError("telegram", "transport", "ECONNRESET"));
+    const waits: number[] = [];
+    const { outbox, adapter } = await setup({ clock: { now: Date.now, sleep: async (ms) => void waits.push(ms) } });
+    adapter.failures.push(new PlatformError("telegram", "rate_limited", "429 Too Many Requests", { retryAfterMs: 7000 }), new PlatformError("telegram", "transport", "ECONNRESET"));
     const { done } = await outbox.enqueue({ id: "retry", target, text: "hi", kind: "reply" });
     expect((await done).status).toBe("sent");
     expect(adapter.sent).toHaveLength(1);
+    // retry_after as the platform said, then the second attempt's own backoff.
+    expect(waits).toEqual([7000, 1000]);
+    // Sent in the end: the failures before are no longer its error.
+    expect(outbox.get("retry")?.error).toBeUndefined();
+  });
+
+  it("transport failures back off exponentially from 500 ms, capped at 30 s", async () => {
+    const waits: number[] = [];
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.failures.push(...Array.from({ length: 8 }, () => new PlatformError("telegram", "transport", "ECONNRESET")));
+    const { outbox } = await setup({ adapter, clock: { now: Date.now, sleep: async (ms) => void waits.push(ms) } });
+    expect((await (await outbox.enqueue({ id: "flaky", target, text: "hi", kind: "reply" })).done).status).toBe("sent");
+    expect(waits).toEqual([500, 1000, 2000, 4000, 8000, 16_000, 30_000, 30_000]);
+  });
+
+  it("a retryable failure is retried until the message is six hours old (maxAgeMs), then failed", async () => {
+    let now = Date.now();
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    const hours = (n: number) => n * 3600_000;
+    adapter.failures.push(...Array.from({ length: 3 }, () => new PlatformError("telegram", "rate_limited", "429 Too Many Requests", { retryAfterMs: hours(4) })));
+    const { outbox } = await setup({ adapter, clock: { now: () => now, sleep: async (ms) => void (now += ms) } });
+    const { done } = await outbox.enqueue({ id: "stale", target, text: "hi", kind: "reply" });
+    // Tried at 0 h, 4 h and 8 h: the third failure finds it past six hours old.
+    expect(await done).toMatchObject({ status: "failed", error: expect.stringContaining("429") });
+    expect(adapter.idempotencyKeys).toEqual(["stale#0", "stale#0", "stale#0"]);
+  });
+
+  it("a 429 holds back the account's other chats too, until its retry_after has passed", async () => {
+    let now = Date.now();
+    const timers: Array<() => void> = [];
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.limits = [{ key: "global", count: 30, intervalMs: 1000 }];
+    adapter.failures.push(new PlatformError("telegram", "rate_limited", "429 Too Many Requests", { retryAfterMs: 5000 }));
+    const { outbox } = await setup({ adapter, clock: { now: () => now, sleep: () => new Promise<void>((wake) => timers.push(wake)) } });
+    const first = await outbox.enqueue({ id: "a", target, text: "a", kind: "reply" });
+    // Its retry's wait is armed once the 429 is recorded.
+    await vi.waitFor(() => expect(timers).toHaveLength(1));
+    const other = await outbox.enqueue({ id: "b", target: { ...target, to: "-200" }, text: "b", kind: "reply" });
+    // b waits for the account's bucket (a timer of its own) instead of going out.
+    await vi.waitFor(() => expect(timers).toHaveLength(2));
+    expect(adapter.sent).toEqual([]);
+    now += 5000;
+    for (const wake of timers.splice(0)) wake();
+    expect((await first.done).status).toBe("sent");
+    expect((await other.done).status).toBe("sent");
+    expect(adapter.sent.map((m) => m.text).sort()).toEqual(["a", "b"]);
+  });
+
+  it("a send the platform refused, its retry waiting when the process dies, is sent after the restart — not skipped as unknown_after_send", async () => {
+    const stateDir = freshStateDir();
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.failures.push(new PlatformError("telegram", "transport", "ECONNRESET"));
+    const timers: Array<() => void> = [];
+    const first = await setup({ adapter, stateDir, clock: { now: Date.now, sleep: () => new Promise<void>((wake) => timers.push(wake)) } });
+    await first.outbox.enqueue({ id: "refused", target, text: "hello", kind: "reply" });
+    // Waiting out its backoff: the process dies here.
+    await vi.waitFor(() => expect(timers).toHaveLength(1));
+
+    const second = await setup({ stateDir });
+    await vi.waitFor(() => expect(second.outbox.get("refused")?.state).toBe("sent"));
+    expect(second.adapter.textsTo("-100")).toEqual(["hello"]);
+    expect(second.outbox.get("refused")?.unknownChunks).toBeUndefined();
   });
 
   it("stop() ends a message waiting for its rate limit there: once the wait would have passed, it is neither sent nor marked attempted", async () => {
@@ -320,18 +388,59 @@ describe("outbox — the one outbound gate", () => {
     expect(waits).toEqual([500]);
   });
 
+  it("a send failing for good is tried maxAttempts times in all, then failed", async () => {
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.failures.push(...Array.from({ length: 5 }, () => new PlatformError("telegram", "transport", "ECONNRESET")));
+    const { outbox } = await setup({ adapter, maxAttempts: 3 });
+    const { done } = await outbox.enqueue({ id: "down", target, text: "hi", kind: "reply" });
+    expect(await done).toMatchObject({ status: "failed", error: expect.stringContaining("ECONNRESET") });
+    expect(adapter.idempotencyKeys).toEqual(["down#0", "down#0", "down#0"]);
+  });
+
+  it("a chat waiting for its rate limit holds back no other chat's message: each destination has its own lane", async () => {
+    const adapter = Object.assign(new RecordingAdapter("telegram", "default", 50), {
+      rateLimitsFor: (t: OutboundTarget) => [{ key: `chat:${t.to}`, count: 1, intervalMs: 60_000 }],
+    });
+    // Timers never fire: a message that waits for its chat's limit waits for the whole test.
+    const { outbox } = await setup({ adapter, clock: { now: Date.now, sleep: () => new Promise<void>(() => {}) } });
+    expect((await (await outbox.enqueue({ id: "a1", target, text: "a1", kind: "reply" })).done).status).toBe("sent");
+    await outbox.enqueue({ id: "a2", target, text: "a2", kind: "reply" });
+    await outbox.enqueue({ id: "b1", target: { ...target, to: "-200" }, text: "b1", kind: "reply" });
+    await vi.waitFor(() => expect(adapter.sent.map((m) => m.text)).toEqual(["a1", "b1"]));
+  });
+
+  it("rate limits are per bot account: the same chat on a second account does not wait for the first account's limit", async () => {
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.limits = [{ key: "global", count: 1, intervalMs: 60_000 }];
+    const { outbox } = await setup({ adapter, clock: { now: Date.now, sleep: () => new Promise<void>(() => {}) } });
+    expect((await (await outbox.enqueue({ id: "one", target, text: "one", kind: "reply" })).done).status).toBe("sent");
+    await outbox.enqueue({ id: "two", target: { ...target, accountId: "second" }, text: "two", kind: "reply" });
+    await vi.waitFor(() => expect(adapter.sent.map((m) => m.text)).toEqual(["one", "two"]));
+  });
+
   it("a permanent platform error fails without retrying and is recorded", async () => {
     const { outbox, adapter } = await setup();
     adapter.failures.push(new PlatformError("telegram", "forbidden", "403 bot was blocked by the user"));
     const { done } = await outbox.enqueue({ id: "blocked", target, text: "hi", kind: "reply" });
     expect(await done).toMatchObject({ status: "failed", error: expect.stringContaining("blocked") });
     expect(adapter.sent).toHaveLength(0);
+    expect(outbox.failed).toBe(1);
   });
 
   it("after a crash mid-send the attempted chunk is reconciled, not re-sent, and the rest continue", async () => {
-    const { adapter, outbox } = await resumeAfterRestart(interrupted("crashy", ["part one", "part two", "part three"], 1));
+    const { adapter, outbox, sessions, transcripts } = await resumeAfterRestart(
+      { ...interrupted("crashy", ["part one", "part two", "part three"], 1), sessionKey: KEY },
+      undefined,
+      true,
+      (first) => first.sessions.upsert(KEY, "main", { chatType: "group", channel: "telegram" }),
+    );
     expect(adapter.sent.map((m) => m.text)).toEqual(["part three"]);
     expect(outbox.get("crashy")?.unknownChunks).toEqual([1]);
+    // The id's outcome (a repeated gateway `send`) and the transcript both say which chunk is in doubt.
+    expect(await (await outbox.enqueue({ id: "crashy", target, text: "", kind: "reply" })).done).toMatchObject({ status: "sent", unknownChunks: [1] });
+    await transcripts.flush();
+    const lines = await transcripts.readLines(sessions.transcriptPath(sessions.get(KEY)!));
+    expect(lines.filter((l) => l.type === "delivery")).toMatchObject([{ status: "unknown_after_send", outboxId: "crashy" }]);
   });
 
   it("a chunk marked attempted whose journal line was never written never reached the platform: it is sent after the restart", async () => {
@@ -442,6 +551,24 @@ describe("outbox — the one outbound gate", () => {
     expect(second.outbox.get("never-left")?.unknownChunks).toBeUndefined();
   });
 
+  it("a send whose adapter was still getting ready (prepareSend) when stop() came is not sent by this process; the next start sends it, once", async () => {
+    const stateDir = freshStateDir();
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    let ready: (() => void) | undefined;
+    Object.assign(adapter, { prepareSend: () => new Promise<void>((resolve) => (ready = resolve)) });
+    const first = await setup({ adapter, stateDir });
+    await first.outbox.enqueue({ id: "late", target, text: "hello", kind: "reply" });
+    await vi.waitFor(() => expect(ready).toBeDefined());
+    const stopped = first.outbox.stop();
+    ready?.();
+    await stopped;
+    expect(adapter.sent).toEqual([]);
+
+    const second = await setup({ stateDir });
+    await vi.waitFor(() => expect(second.outbox.get("late")?.state).toBe("sent"));
+    expect(second.adapter.textsTo("-100")).toEqual(["hello"]);
+  });
+
   it("on a platform that dedupes by idempotency key (Discord nonces) the interrupted chunk is repeated under the same key", async () => {
     const adapter = Object.assign(new RecordingAdapter("telegram", "default", 50), { idempotentSends: true });
     const { outbox } = await resumeAfterRestart(interrupted("nonce", ["one", "two"], 1), adapter);
@@ -485,6 +612,23 @@ describe("outbox — the one outbound gate", () => {
       expect(adapter.sent).toEqual([]);
     });
 
+    it("a chunk reconciled as unknown_after_send ends its count: the next chunk, interrupted once before its request left, is sent", async () => {
+      const first = await setup();
+      const record = { ...interrupted("counted", ["one", "two", "three"], 1), interruptions: MAX_INTERRUPTED_STARTS - 1 };
+      await first.kv.space<OutboxRecord>("outbox").set(record.id, record);
+      writeFileSync(journalFile(first.stateDir), `${JSON.stringify([record.id, 1])}\n`);
+      // The second start dies getting the adapter ready for chunk 2, before its journal line.
+      const hung: Array<() => void> = [];
+      const adapter = Object.assign(new RecordingAdapter("telegram", "default", 50), { prepareSend: () => new Promise<void>((resolve) => hung.push(resolve)) });
+      await setup({ stateDir: first.stateDir, adapter });
+      cleanups.push(() => hung.forEach((resolve) => resolve()));
+      await vi.waitFor(() => expect(hung).toHaveLength(1));
+      const third = await setup({ stateDir: first.stateDir });
+      await vi.waitFor(() => expect(third.outbox.get("counted")?.state).toBe("sent"));
+      expect(third.adapter.textsTo("-100")).toEqual(["three"]);
+      expect(third.outbox.get("counted")?.unknownChunks).toEqual([1]);
+    });
+
     it("a chunk interrupted at fewer starts is sent, and the count starts again at the next chunk", async () => {
       const record = { ...interrupted("unlucky", ["one", "two", "three"], 1), interruptions: MAX_INTERRUPTED_STARTS - 2 };
       const { adapter, outbox } = await resumeAfterRestart(record, undefined, false);
@@ -500,12 +644,47 @@ describe("outbox — the one outbound gate", () => {
     const finished = (id: string, age: number): OutboxRecord => ({ id, target, kind: "reply", text: id, state: "sent", next: 1, messageIds: ["9"], attempts: 1, createdAt: Date.now() - age, updatedAt: Date.now() - age });
     await Promise.all(Array.from({ length: 1500 }, (_, i) => space.set(`old${i}`, finished(`old${i}`, day + 60_000))));
     await space.set("recent", finished("recent", day - 60_000));
+    // Retried for hours before it finished: its retention runs from its end, not its start.
+    await space.set("slow", { ...finished("slow", day + 60_000), updatedAt: Date.now() - 60_000 });
     const second = await setup({ stateDir: first.stateDir });
     const left = (await second.kv.space<OutboxRecord>("outbox").entries()).map(([k]) => k);
-    expect(left).toEqual(["recent"]);
+    expect(left).toEqual(["recent", "slow"]);
     const again = await second.outbox.enqueue({ id: "recent", target, text: "recent", kind: "reply" });
     expect(await again.done).toMatchObject({ status: "sent", messageIds: ["9"] });
     expect(second.adapter.sent).toHaveLength(0);
+  });
+
+  it("queued messages resume after a restart in the order they were enqueued, even within one millisecond and whatever order their ids sort in", async () => {
+    const stateDir = freshStateDir();
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.limits = [{ key: "chat:-100", count: 1, intervalMs: 60_000 }];
+    const t = Date.now();
+    // The clock stands still and timers never fire: both later messages stay queued in the store.
+    const first = await setup({ adapter, stateDir, clock: { now: () => t, sleep: () => new Promise<void>(() => {}) } });
+    expect((await (await first.outbox.enqueue({ id: "m", target, text: "first", kind: "reply" })).done).status).toBe("sent");
+    await first.outbox.enqueue({ id: "zz", target, text: "second", kind: "reply" });
+    await first.outbox.enqueue({ id: "aa", target, text: "third", kind: "reply" });
+
+    const second = await setup({ stateDir });
+    await vi.waitFor(() => expect(second.outbox.pending).toBe(0));
+    expect(second.adapter.textsTo("-100")).toEqual(["second", "third"]);
+  });
+
+  it("a chunk acknowledged before a restart is stored as sent: the restart sends the rest, none of it unknown_after_send", async () => {
+    const stateDir = freshStateDir();
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.limits = [{ key: "chat:-100", count: 1, intervalMs: 60_000 }];
+    // The second chunk waits for the chat's limit for good: the process dies there.
+    const first = await setup({ adapter, stateDir, clock: { now: Date.now, sleep: () => new Promise<void>(() => {}) } });
+    const chunks = [`one ${"x".repeat(40)}`, `two ${"y".repeat(40)}`];
+    await first.outbox.enqueue({ id: "two-part", target, text: chunks.join("\n"), kind: "reply" });
+    await vi.waitFor(() => expect(adapter.sent).toHaveLength(1));
+
+    const second = await setup({ stateDir });
+    await vi.waitFor(() => expect(second.outbox.get("two-part")?.state).toBe("sent"));
+    expect(second.adapter.textsTo("-100")).toEqual([chunks[1]]);
+    expect(second.outbox.get("two-part")?.messageIds).toEqual(["1", "1"]);
+    expect(second.outbox.get("two-part")?.unknownChunks).toBeUndefined();
   });
 
   it("a queued message survives a restart and is delivered after it", async () => {

@@ -17,6 +17,10 @@ function manualClock() {
     now: () => now,
     sleep: (ms: number) => new Promise<void>((fire) => timers.push({ at: now + ms, fire })),
     pendingTimers: () => timers.length,
+    /** Sets the clock, firing nothing: a timer running late on a busy loop, or Date.now stepping back. */
+    jumpTo(t: number) {
+      now = t;
+    },
     async advanceTo(t: number) {
       await drain();
       for (;;) {
@@ -111,10 +115,16 @@ describe("rate limiter", () => {
       ["a@0", "b@150", "c@250"],
     ],
     [
-      "R2 a 429 keeps the bucket full for retry_after",
+      "a 429 keeps the bucket full for retry_after",
       TWO,
       [{ at: 0, penalize: 3000 }, { at: 0, send: "a" }, { at: 2999, send: "b" }, { at: 3000, send: "c" }],
       ["a@3000", "b@3000", "c@3100"],
+    ],
+    [
+      "a shorter 429 after a longer one does not cut the longer one short",
+      ONE,
+      [{ at: 0, penalize: 3000 }, { at: 10, penalize: 100 }, { at: 20, send: "a" }],
+      ["a@3000"],
     ],
     [
       // Its entry in the schedule came first, and finds no room.
@@ -213,6 +223,18 @@ describe("rate limiter", () => {
       ["b0@0", "g0@0", "y@800", "x@1600"],
     ],
     [
+      // Two forum topics of one chat: two lanes, one chat bucket. x keeps its place in chat 1 while
+      // it waits for the shared bucket, so x2 queues there behind it.
+      "a send sent back by a 429 waits first in line again, ahead of a send that queued there behind it meanwhile",
+      [
+        { at: 0, send: "g", limits: [GLOBAL] },
+        { at: 10, send: "x", limits: [chat(1), GLOBAL] },
+        { at: 20, send: "x2", limits: [chat(1), GLOBAL] },
+        { at: 50, penalize: 500, limits: [chat(1)] },
+      ],
+      ["g@0", "x@550", "x2@1550"],
+    ],
+    [
       "closing ends the waits in every bucket, those due at a time and those waiting for an answer alike",
       [
         { at: 0, send: "u", limits: [ONE], inFlight: true },
@@ -266,6 +288,41 @@ describe("rate limiter", () => {
       "a3@61000", "c2@62000", "l2@90000", "s2@100000", "f@100010", "d2@120000",
       "z@200000", "size=1",
     ]);
+  });
+
+  it("a send that asks while an earlier one waits for a timer running late queues behind it: first come, first served", async () => {
+    const clock = manualClock();
+    const limiter = new RateLimiter(clock.now, clock.sleep);
+    const log: string[] = [];
+    const ask = (name: string) =>
+      void limiter.acquire([ONE]).then((ticket) => {
+        log.push(`${name}@${clock.now()}`);
+        limiter.settle(ticket as RateTicket);
+      });
+    ask("a");
+    await clock.advanceTo(10);
+    ask("b");
+    // b's turn came at 100, but its timer has not fired yet.
+    clock.jumpTo(150);
+    ask("c");
+    await clock.advanceTo(1000);
+    expect(log).toEqual(["a@0", "b@150", "c@250"]);
+  });
+
+  it("a send answered after the clock stepped back counts in its window by its answer time, not after the later answers", async () => {
+    const clock = manualClock();
+    const limiter = new RateLimiter(clock.now, clock.sleep);
+    await clock.advanceTo(1000);
+    const [a, b] = await Promise.all([limiter.acquire([TWO]), limiter.acquire([TWO])]);
+    limiter.settle(a as RateTicket);
+    clock.jumpTo(500);
+    limiter.settle(b as RateTicket);
+    await clock.advanceTo(550);
+    let grantedAt: number | undefined;
+    void limiter.acquire([TWO]).then(() => (grantedAt = clock.now()));
+    await clock.advanceTo(2000);
+    // b's answer at 500 leaves the window at 600, a's at 1000 only at 1100.
+    expect(grantedAt).toBe(600);
   });
 
   it("however many sends wait, no more than two timers are pending — the next due, and one armed before it for later: none polls on its own", async () => {

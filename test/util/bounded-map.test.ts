@@ -33,6 +33,15 @@ describe("BoundedMap (two generations, O(1) eviction)", () => {
     expect([...m.entries()].map(([k]) => k)).toEqual(["a", "x0", "x1"]);
   });
 
+  it("rewriting an entry of the old generation moves it rather than copying it: one entry, counted once, at the newest position", () => {
+    const m = new BoundedMap<string, number>(4);
+    m.set("a", 1);
+    m.set("b", 2);
+    m.set("a", 3);
+    expect(m.size).toBe(2);
+    expect([...m.entries()]).toEqual([["b", 2], ["a", 3]]);
+  });
+
   it("replacing a value keeps one entry; delete and clear forget; undefined-free has/get agree", () => {
     const m = new BoundedMap<string, number>(100);
     m.set("k", 1);
