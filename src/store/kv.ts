@@ -54,7 +54,7 @@ function memoryStore(): KvStore {
       const prefix = `${namespace}:`;
       return {
         async get(key) {
-          return map.get(prefix + key) as T | undefined;
+          return structuredClone(map.get(prefix + key)) as T | undefined;
         },
         async set(key, value) {
           // Deep copy: a memory store must not alias caller objects, or tests would miss persistence bugs.

@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { parseConfig } from "../../src/config/load.js";
 import { resolveRoute } from "../../src/inbound/route.js";
 import {
+  agentIdFromKey,
   canonicalizeKey,
   classifySessionKind,
   cronSessionKey,
@@ -31,6 +32,23 @@ describe("session keys", () => {
     ["per-account-channel-peer", "agent:main:telegram:work:direct:42"],
   ] as const)("session.dmScope %s isolates direct chats", (dmScope, expected) => {
     expect(directSessionKey({ agentId: "main", channel: "telegram", accountId: "work", peerId: "42", dmScope })).toBe(expected);
+  });
+
+  it.each([
+    ["Work", "agent:main:telegram:work:direct:42"],
+    [undefined, "agent:main:telegram:default:direct:42"],
+    ["  ", "agent:main:telegram:default:direct:42"],
+  ])("session.dmScope per-account-channel-peer normalises the account id (%j), so the key is already canonical", (accountId, expected) => {
+    // canonicalizeKey lowercases what an operator passes; a key minted otherwise would name another session.
+    const key = directSessionKey({ agentId: "main", channel: "telegram", accountId, peerId: "42", dmScope: "per-account-channel-peer" });
+    expect(key).toBe(expected);
+    expect(canonicalizeKey(key, { agentId: "main", scope: "per-sender" })).toBe(key);
+  });
+
+  it("a ':' inside an id cannot split a key into other parts", () => {
+    expect(directSessionKey({ agentId: "main", channel: "webchat", peerId: "room:7", threadId: "t:1", dmScope: "per-peer" })).toBe("agent:main:direct:room_7:thread:t_1");
+    expect(groupSessionKey({ agentId: "main", channel: "telegram", chatType: "group", peerId: "1:group:2" })).toBe("agent:main:telegram:group:1_group_2");
+    expect(cronSessionKey("a:main")).toBe("cron:a_main");
   });
 
   it("a Telegram DM thread gets its own :thread: session", () => {
@@ -125,12 +143,23 @@ describe("session keys", () => {
     expect(deriveRowChannel("agent:main:subagent:x", {})).toBe("unknown");
   });
 
+  it("R26 a channel outside the row's channel list is shown as unknown", () => {
+    expect(deriveRowChannel("agent:main:main", { lastChannel: "sms" })).toBe("unknown");
+    expect(deriveRowChannel("agent:main:slack:group:1", {})).toBe("unknown");
+  });
+
+  it("a key with an empty agent id does not name agent \"\": the fallback agent owns it", () => {
+    expect(agentIdFromKey("agent::main", "ops")).toBe("ops");
+    expect(agentIdFromKey("agent:research:main", "ops")).toBe("research");
+  });
+
   it.each([
     ["main", true],
     ["agent:main:main", true],
     ["cron:x", true],
     ["node-x", true],
     ["discord:group:dev", true],
+    ["discord:channel:dev", true],
     ["7f20529d-863e-4570-8ffe-c0ad624fff39", false],
     ["sess-group", false],
   ])("R12 %s looks like a key: %s (otherwise it is tried as a sessionId)", (value, expected) => {

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import Keyv from "keyv";
@@ -116,5 +116,93 @@ describe("kv store (keyv + SQLite, group-committed writes)", () => {
     await space.set("k\ufffd", { n: 1 });
     await expect(space.delete("k\ud800")).rejects.toThrow(/key is not well-formed Unicode/);
     expect(await space.get("k\ufffd")).toEqual({ n: 1 });
+  });
+
+  it('"sqlite://" without a file keeps the database in the state directory', async () => {
+    const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-kv-"));
+    cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
+    const kv = await openKvStore("sqlite://", stateDir);
+    cleanups.push(() => kv.close());
+    const file = path.join(stateDir, "switchboard.sqlite");
+    expect(kv.description).toBe(`sqlite:${file}`);
+    await kv.space<{ n: number }>("t").set("a", { n: 1 });
+    expect(existsSync(file)).toBe(true);
+  });
+
+  it("entries() and scan() over several pages visit every row once, in key order", async () => {
+    const { kv } = await open();
+    const space = kv.space<{ n: number }>("t");
+    // More than two pages' worth (a page is 2,000 rows), so a page boundary is crossed twice.
+    const keys = Array.from({ length: 4500 }, (_, i) => `k${String(i).padStart(5, "0")}`);
+    await Promise.all(keys.map((k, i) => space.set(k, { n: i })));
+    const entries = await space.entries();
+    expect(entries.map(([k]) => k)).toEqual(keys);
+    expect(entries[4499]).toEqual(["k04499", { n: 4499 }]);
+    const scanned: string[] = [];
+    await space.scan((k) => scanned.push(k));
+    expect(scanned).toEqual(keys);
+  });
+
+  it("a space never sees the rows of another namespace that starts with its name", async () => {
+    const { kv } = await open();
+    // Real namespaces share prefixes ("adapter:telegram:a" and "adapter:telegram:ab").
+    await Promise.all([
+      kv.space<{ n: number }>("adapter:telegram:a").set("offset", { n: 1 }),
+      kv.space<{ n: number }>("adapter:telegram:ab").set("offset", { n: 2 }),
+      kv.space<{ n: number }>("adapter:telegram:a-2").set("offset", { n: 3 }),
+    ]);
+    expect(await kv.space<{ n: number }>("adapter:telegram:a").entries()).toEqual([["offset", { n: 1 }]]);
+    expect(await kv.space<{ n: number }>("adapter:telegram:ab").entries()).toEqual([["offset", { n: 2 }]]);
+  });
+
+  it("close() commits the writes issued before it, awaited or not, so they survive a reopen", async () => {
+    const { kv, file, stateDir } = await open();
+    const space = kv.space<{ n: number }>("t");
+    await space.set("before", { n: 0 });
+    // Shutdown does not wait for every write it races with (a late outbox mark, an adapter offset).
+    const pending = [space.set("a", { n: 1 }), space.delete("before"), space.set("b", { n: 2 })];
+    await kv.close();
+    await Promise.all(pending);
+    const again = await openKvStore(`sqlite://${file}`, stateDir);
+    cleanups.push(() => again.close());
+    expect(new Map(await again.space<{ n: number }>("t").entries())).toEqual(new Map([["a", { n: 1 }], ["b", { n: 2 }]]));
+  });
+
+  it("a write whose commit fails rejects — with the writes committed alongside it — and later writes still commit", async () => {
+    const { kv, file } = await open();
+    const space = kv.space<{ n: number }>("t");
+    // Another connection makes SQLite refuse one key, so the commit that carries it fails.
+    const other = new KeyvSqlite({ uri: `sqlite://${file}`, table: "keyv" }) as KeyvSqlite & { query(sql: string): Promise<unknown> };
+    cleanups.push(() => other.disconnect());
+    await other.query("CREATE TRIGGER refuse BEFORE INSERT ON keyv WHEN NEW.key = 't:bad' BEGIN SELECT RAISE(ABORT, 'refused by test'); END");
+    const bad = space.set("bad", { n: 1 });
+    const mate = space.set("mate", { n: 2 });
+    await expect(bad).rejects.toThrow(/refused by test/);
+    await expect(mate).rejects.toThrow(/refused by test/);
+    expect(await space.get("mate")).toBeUndefined();
+    await space.set("after", { n: 3 });
+    expect(await space.get("after")).toEqual({ n: 3 });
+  });
+
+  it("a burst of writes larger than one statement can bind (17,000 sets, then as many deletes) commits whole", async () => {
+    const { kv } = await open();
+    const space = kv.space<{ n: number }>("t");
+    // 17,000 rows are 34,000 bound values: over SQLite's limit (32,766) for one statement.
+    const keys = Array.from({ length: 17_000 }, (_, i) => `k${i}`);
+    await Promise.all(keys.map((k, i) => space.set(k, { n: i })));
+    expect(await space.get("k16999")).toEqual({ n: 16999 });
+    await Promise.all(keys.map((k) => space.delete(k)));
+    expect(await space.entries()).toEqual([]);
+  });
+
+  it("memory:// neither keeps nor hands out live objects: changing a value after set, or one got back from get, leaves the stored value alone", async () => {
+    const kv = await openKvStore("memory://", os.tmpdir());
+    const space = kv.space<{ list: number[] }>("t");
+    const value = { list: [1] };
+    await space.set("a", value);
+    value.list.push(2);
+    expect(await space.get("a")).toEqual({ list: [1] });
+    (await space.get("a"))!.list.push(3);
+    expect(await space.entries()).toEqual([["a", { list: [1] }]]);
   });
 });
