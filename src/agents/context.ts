@@ -2,12 +2,14 @@
  * Builds the model's view of a session from its transcript: the system prompt, then the recent
  * messages in Chat Completions form. Inter-session user turns get an in-memory provenance prefix
  * so the model can tell routed agent instructions from its user (R20); the transcript keeps them raw.
+ * Session keys are shown as callers see them: the global bucket as `main` (R6).
  *
  * Every model call of a session converts the same window of messages again, so each transcript
  * message (frozen in the transcript store's cache) maps to one frozen ChatMessage, built once:
  * the request body caches its JSON by that identity (models/request-body.ts).
  */
 import type { ChatMessage } from "./models/provider.js";
+import { displayKey } from "../sessions/keys.js";
 import type { TranscriptMessage } from "../sessions/transcript.js";
 import { deepFreeze } from "../util/freeze.js";
 
@@ -23,7 +25,7 @@ export function buildModelMessages(input: ContextInput): ChatMessage[] {
   const system = [
     input.systemPrompt ??
       `You are ${input.agentName}, an AI agent reachable through chat platforms (Discord, Telegram, WhatsApp, web chat) via Switchboard. Reply concisely.`,
-    `Current session: ${input.sessionKey}.`,
+    `Current session: ${displayKey(input.sessionKey)}.`,
     input.extraSystemPrompt,
   ]
     .filter(Boolean)
@@ -72,7 +74,7 @@ function userContent(m: Extract<TranscriptMessage, { role: "user" }>): string {
   if (p?.kind !== "inter_session") return m.content;
   const prefix = [
     "[Inter-session message]",
-    p.sourceSessionKey ? `sourceSession=${p.sourceSessionKey}` : "",
+    p.sourceSessionKey ? `sourceSession=${displayKey(p.sourceSessionKey)}` : "",
     p.sourceChannel ? `sourceChannel=${p.sourceChannel}` : "",
     p.sourceTool ? `sourceTool=${p.sourceTool}` : "",
   ]

@@ -38,6 +38,14 @@ describe("model context", () => {
     expect(out.slice(1).map((m) => m.content)).toEqual([`${prefix}\nstatus?`, `${prefix}\nalready prefixed`, "from the user"]);
   });
 
+  it("R6 under session.scope global the model sees the bucket as main: in the system prompt and as an inter-session source", () => {
+    const provenance = { kind: "inter_session" as const, sourceSessionKey: "global", sourceChannel: "webchat", sourceTool: "sessions_send" };
+    const out = build([user("from the bucket", provenance)], { sessionKey: "global" });
+    expect(out[0].content).toMatch(/\n\nCurrent session: main\.$/);
+    expect(out[1].content).toBe("[Inter-session message] sourceSession=main sourceChannel=webchat sourceTool=sessions_send\nfrom the bucket");
+    expect(JSON.stringify(out)).not.toContain("global");
+  });
+
   it("the system prompt is the agent's own (or the default naming the agent), then the session, then the extra prompt", () => {
     expect(build([], { systemPrompt: "You are terse.", extraSystemPrompt: "Subagent context:\nDo X." })[0].content).toBe("You are terse.\n\nCurrent session: agent:main:main.\n\nSubagent context:\nDo X.");
     expect(build([])[0].content).toMatch(/^You are Main, .*\n\nCurrent session: agent:main:main\.$/s);
