@@ -73,7 +73,7 @@ export function createHandlers(app: App, version: string): Handlers {
       const rows = await Promise.all(
         entries.map(async (e) => {
           const r = toSessionRow(e, sessions().transcriptPath(e), app.models.defaultRef(e.agentId));
-          if (p.messageLimit) r.messages = (await app.transcripts.readMessages(r.transcriptPath, p.messageLimit * 4)).filter((m) => m.role !== "toolResult").slice(-p.messageLimit);
+          if (p.messageLimit) r.messages = await app.transcripts.readMessagesWithoutToolResults(r.transcriptPath, p.messageLimit);
           return r;
         }),
       );

@@ -138,6 +138,18 @@ export class TranscriptStore {
     await this.write(ref, { type: "delivery", id: randomUUID().slice(0, 8), timestamp: new Date().toISOString(), ...record });
   }
 
+  /**
+   * The newest `limit` messages other than tool results (R8): reads further back until filtering
+   * leaves `limit` (or the whole file was read), since a run of tool rounds can hold any number.
+   */
+  async readMessagesWithoutToolResults(file: string, limit: number): Promise<TranscriptMessage[]> {
+    for (let want = limit * 4; ; want *= 2) {
+      const read = await this.readMessages(file, want);
+      const selected = read.filter((m) => m.role !== "toolResult");
+      if (selected.length >= limit || read.length < want) return selected.slice(-limit);
+    }
+  }
+
   /** The last `limit` messages (all message lines when limit is undefined). */
   async readMessages(file: string, limit?: number): Promise<TranscriptMessage[]> {
     await this.chains.get(file);

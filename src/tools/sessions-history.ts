@@ -46,17 +46,8 @@ export function createSessionsHistoryTool(app: App, view: SessionView): AgentToo
       const limit = Math.min(Math.floor(p.limit ?? HISTORY_LIMIT_DEFAULT), HISTORY_LIMIT_MAX);
       const includeTools = p.includeTools ?? false;
       const file = app.sessions.transcriptPath(target.entry);
-      // Without tool results, read more until filtering leaves `limit` messages (or the whole
-      // file was read): a run of tool rounds can hold any number of them.
-      let want = includeTools ? limit : limit * 4;
-      let selected: TranscriptMessage[];
-      for (;;) {
-        const read = await app.transcripts.readMessages(file, want);
-        selected = includeTools ? read : read.filter((m) => m.role !== "toolResult");
-        if (selected.length >= limit || read.length < want) break;
-        want *= 2;
-      }
-      return { sessionKey: displayKey(target.key), sessionId: target.entry.sessionId, ...capHistory(selected.slice(-limit)) };
+      const selected = includeTools ? await app.transcripts.readMessages(file, limit) : await app.transcripts.readMessagesWithoutToolResults(file, limit);
+      return { sessionKey: displayKey(target.key), sessionId: target.entry.sessionId, ...capHistory(selected) };
     },
   });
 }

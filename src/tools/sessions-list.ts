@@ -36,17 +36,11 @@ export function createSessionsListTool(app: App, view: SessionView): AgentTool {
       const sessions = await Promise.all(
         entries.map(async (entry) => {
           const row = toSessionRow(entry, app.sessions.transcriptPath(entry), app.models.defaultRef(entry.agentId));
-          if (messageLimit > 0) row.messages = await lastMessages(app, row.transcriptPath, messageLimit);
+          if (messageLimit > 0) row.messages = await app.transcripts.readMessagesWithoutToolResults(row.transcriptPath, messageLimit);
           return row;
         }),
       );
       return { count: sessions.length, sessions };
     },
   });
-}
-
-/** The last N messages without tool results (R8); reads a few more so stripping leaves N. */
-async function lastMessages(app: App, file: string, n: number): Promise<unknown[]> {
-  const messages = await app.transcripts.readMessages(file, n * 4);
-  return messages.filter((m) => m.role !== "toolResult").slice(-n);
 }

@@ -253,6 +253,28 @@ describe("gateway methods", () => {
     await expect(c.request("chat.history", { sessionKey: "no-such-id" })).rejects.toMatchObject({ code: "NOT_FOUND" });
   });
 
+  it("sessions.list filters by search (any case; key, label, display name) and by spawnedBy; a row without a displayName shows its label", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "agent:main:telegram:group:-5", label: "Team" });
+    await c.request("sessions.patch", { key: "agent:main:subagent:abc", spawnedBy: "agent:main:telegram:group:-5" });
+    await c.request("sessions.patch", { key: "main" });
+    const keys = async (params: Record<string, unknown>) => (await c.request("sessions.list", params)).sessions.map((s: any) => s.key);
+    expect(await keys({ search: "team" })).toEqual(["agent:main:telegram:group:-5"]);
+    expect(await keys({ search: "SUBAGENT" })).toEqual(["agent:main:subagent:abc"]);
+    expect(await keys({ spawnedBy: "agent:main:telegram:group:-5" })).toEqual(["agent:main:subagent:abc"]);
+    const [group] = (await c.request("sessions.list", { label: "Team" })).sessions;
+    expect(group).toMatchObject({ key: "agent:main:telegram:group:-5", label: "Team", displayName: "Team" });
+  });
+
+  it("R12 sessions.resolve finds a sessionId passed with surrounding whitespace", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "agent:main:telegram:group:-5" });
+    const { sessionId } = h.app.sessions.require("agent:main:telegram:group:-5");
+    expect(await c.request("sessions.resolve", { sessionId: ` ${sessionId}\n` })).toEqual({ ok: true, key: "agent:main:telegram:group:-5" });
+  });
+
   it("sessions.reset mints a new sessionId; sessions.delete refuses main and archives a transcript", async () => {
     h = await startHarness();
     const c = await h.client();
@@ -291,6 +313,18 @@ describe("gateway methods", () => {
     await c.request("sessions.patch", { key: "agent:main:telegram:group:-2", sendPolicy: "deny" });
     await expect(c.request("send", { channel: "telegram", to: "-2", message: "sneaky notice", idempotencyKey: "s-nokey" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "send blocked by session policy" });
     expect(telegram.sent.map((m) => m.text)).toEqual(["echo: hello group"]);
+  });
+
+  it("D2 R6 with session.scope global, send without a sessionKey applies the policy of the global bucket that chats there", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ config: { session: { scope: "global" } }, adapters: [telegram] });
+    await h.app.router.accept(inbound({ peerId: "42", to: "42", text: "hello" }));
+    await h.app.router.idle();
+    expect(h.app.sessions.require("global").deliveryContext).toMatchObject({ channel: "telegram", to: "42" });
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "main", sendPolicy: "deny" });
+    await expect(c.request("send", { channel: "telegram", to: "42", message: "sneaky notice", idempotencyKey: "g-nokey" })).rejects.toMatchObject({ message: "send blocked by session policy" });
+    expect(telegram.sent.map((m) => m.text)).toEqual(["echo: hello"]);
   });
 
   it("D2 send without a sessionKey takes the policy of the session at exactly that destination: a forum topic's session does not speak for its group", async () => {
@@ -518,6 +552,12 @@ describe("gateway idempotency, events and limits", () => {
     expect(JSON.stringify(row.messages)).not.toContain("secret tool output");
     // The tool result is in the transcript: the filter, not a missing write, kept it out.
     expect((await c.request("chat.history", { sessionKey: "main" })).messages.map((m: any) => m.role)).toContain("toolResult");
+
+    // R7: still the last N when a turn's tool results outnumber them four to one and more.
+    for (let i = 0; i < 12; i++) await h.app.transcripts.appendMessage(ref, { role: "toolResult", toolCallId: `p${i}`, toolName: "agents_list", content: [{ type: "text", text: "{}" }], isError: false, timestamp: Date.now() });
+    await h.app.transcripts.appendMessage(ref, { role: "assistant", content: [{ type: "text", text: "after the tools" }], timestamp: Date.now() } as any);
+    const two = (await c.request("sessions.list", { messageLimit: 2 })).sessions.find((s: any) => s.key === "agent:main:main");
+    expect(two.messages.map((m: any) => m.content[0].text)).toEqual(["done", "after the tools"]);
   });
 });
 

@@ -21,6 +21,15 @@ describe("send policy", () => {
       "deny",
       "rule #2",
     ],
+    [
+      "of two matching allows the first is the reason",
+      { rules: [{ action: "allow", match: { channel: "telegram" } }, { action: "allow", match: { chatType: "group" } }], default: "deny" },
+      { channel: "telegram", chatType: "group" },
+      "allow",
+      "rule #1",
+    ],
+    ["a rule's channel matches whatever its case", { rules: [{ action: "deny", match: { channel: "Discord" } }], default: "allow" }, { channel: "discord", chatType: "direct" }, "deny", "rule #1"],
+    ["a rule's keyPrefix matches whatever its case (keys are lower case)", { rules: [{ action: "deny", match: { keyPrefix: "Cron:" } }], default: "allow" }, { sessionKey: "cron:job-1" }, "deny", "rule #1"],
     ["a matching allow beats default deny", { rules: [{ action: "allow", match: { channel: "telegram" } }], default: "deny" }, { channel: "telegram", chatType: "direct" }, "allow", "rule #1"],
     ["unset override inherits the config", discordGroupsDenied, { override: undefined, channel: "discord", chatType: "group" }, "deny", "rule #1"],
     // A cron session has no chat type: a group-only rule must not silence it.

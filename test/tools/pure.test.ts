@@ -52,6 +52,8 @@ describe("R42 visibility decision", () => {
     ["a prefix of its own key as spawnedBy", view(), { key: "agent:main:subagent:c", agentId: "main", spawnedBy: "agent:main:telegram:group:" }, { visible: false, reason: "sandbox" }],
     ["main session", view(), { key: "agent:main:main", agentId: "main" }, { visible: false, reason: "sandbox" }],
     ["itself", view(), { key: "agent:main:telegram:group:1", agentId: "main" }, { visible: false, reason: "sandbox" }],
+    // A child spawned under another agent (allowAgents) is still a cross-agent session.
+    ["own child under another agent, a2a off", view(), { key: "agent:beta:subagent:d", agentId: "beta", spawnedBy: "agent:main:telegram:group:1" }, { visible: false, reason: "a2a-disabled" }],
     ["unrestricted, same agent", view({ restricted: false }), { key: "agent:main:main", agentId: "main" }, { visible: true }],
     ["unrestricted, other agent, a2a off", view({ restricted: false }), { key: "agent:beta:main", agentId: "beta" }, { visible: false, reason: "a2a-disabled" }],
     ["unrestricted, other agent, allowed", view({ restricted: false, agentToAgent: { enabled: true, allow: ["main", "beta"] } }), { key: "agent:beta:main", agentId: "beta" }, { visible: true }],
@@ -70,6 +72,8 @@ describe("tools.agentToAgent patterns", () => {
     ["be*", "BETA-2", true],
     ["*-ops", "team-ops", true],
     ["*-ops", "team-dev", false],
+    ["*-ops", "team-ops-admin", false],
+    ["be*", "alpha-beta", false],
     ["a.b", "axb", false],
   ])("pattern %s vs %s → %s", (pattern, id, expected) => {
     expect(matchesIdPattern(pattern, id)).toBe(expected);
@@ -170,12 +174,19 @@ describe("tool parameter schemas", () => {
     [SessionsHistoryParams, { sessionKey: "main", limit: 0 }, "limit must be at least 1"],
     [SessionsSendParams, { sessionKey: "main" }, "message required"],
     [SessionsSendParams, { sessionKey: "main", message: "x", timeoutSeconds: -1 }, "timeoutSeconds must be 0 or more"],
+    // Unbounded, a wait past setTimeout's 2^31 ms limit would fire at once and report a timeout.
+    [SessionsSendParams, { sessionKey: "main", message: "x", timeoutSeconds: 3601 }, "timeoutSeconds: at most 3600"],
     [SessionsSpawnParams, {}, "task required"],
     [SessionsSpawnParams, { task: "x", cleanup: "later" }, 'cleanup: use "delete" or "keep"'],
     [SessionsListParams, { kinds: ["cron", "bogus"] }, "kinds: use any of main, group, cron, hook, node, other"],
     [SessionsListParams, { limit: "10" }, "limit must be a number"],
   ] as const)("invalid arguments give a clear message: %#", (schema, args, message) => {
     expect(parseArgs(schema as z.ZodType<unknown>, args)).toEqual({ ok: false, error: message });
+  });
+
+  it("null arguments (a model sending JSON null) count as no arguments", () => {
+    expect(parseArgs(SessionsListParams, null)).toEqual({ ok: true, value: {} });
+    expect(parseArgs(SessionsHistoryParams, null)).toEqual({ ok: false, error: "sessionKey required" });
   });
 
   it("kinds are trimmed and lowercased", () => {

@@ -91,6 +91,20 @@ describe("sessions_list", () => {
     expect(chatty.messages.at(-1).content).toBe("line 29");
   });
 
+  it("R7 R8 messageLimit gives the last N messages other than tool results, however many tool results sit among them", async () => {
+    const key = "agent:main:toolish-list";
+    const entry = await h.app.sessions.upsert(key, "main");
+    const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key };
+    await h.app.transcripts.appendMessage(ref, { role: "user", content: "ask", timestamp: 1 });
+    // One assistant turn with twelve tool calls answered: twelve tool results before "done".
+    await h.app.transcripts.appendMessage(ref, { role: "assistant", content: Array.from({ length: 12 }, (_, i) => ({ type: "toolCall" as const, id: `p${i}`, name: "agents_list", arguments: {} })), timestamp: 2 });
+    for (let i = 0; i < 12; i++) await h.app.transcripts.appendMessage(ref, { role: "toolResult", toolCallId: `p${i}`, toolName: "agents_list", content: [{ type: "text", text: "{}" }], isError: false, timestamp: 2 });
+    await h.app.transcripts.appendMessage(ref, { role: "assistant", content: [{ type: "text", text: "done" }], timestamp: 3 });
+    const result = await callViaGateway(h, "agent:main:ops", "sessions_list", { messageLimit: 2, kinds: ["other"] });
+    const row = result.sessions.find((r: any) => r.key === key);
+    expect(row.messages.map((m: any) => [m.role, m.content[0].type])).toEqual([["assistant", "toolCall"], ["assistant", "text"]]);
+  });
+
   it("R7 kinds filter; limit defaults to and is clamped at 200, applied after filtering", async () => {
     for (let i = 0; i < 205; i++) await h.app.sessions.upsert(`cron:bulk-${i}`, "main");
     // Newer sessions of another kind: a limit applied before filtering would return fewer crons.
@@ -164,7 +178,7 @@ describe("sessions_history", () => {
     expect(result.messages.map((m: any) => [m.role, m.content[0].type])).toEqual([["assistant", "toolCall"], ["assistant", "text"]]);
   });
 
-  it("limit is clamped at 1000 (the most the tool promises)", async () => {
+  it("limit defaults to 200 and is clamped at 1000 (the most the tool promises)", async () => {
     const key = "agent:main:long";
     const entry = await h.app.sessions.upsert(key, "main");
     const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key };
@@ -172,6 +186,8 @@ describe("sessions_history", () => {
     const result = await callViaGateway(h, "agent:main:ops", "sessions_history", { sessionKey: key, limit: 5000 });
     expect(result.messages).toHaveLength(1000);
     expect(result.messages.at(-1).content).toBe("1099");
+    const byDefault = await callViaGateway(h, "agent:main:ops", "sessions_history", { sessionKey: key });
+    expect(byDefault.messages.map((m: any) => m.content)).toEqual(Array.from({ length: 200 }, (_, i) => `${900 + i}`));
   });
 
   it("R12 a sessionId resolves to its session key", async () => {

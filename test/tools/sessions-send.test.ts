@@ -9,7 +9,7 @@ import type { ConfigInput } from "../../src/config/schema.js";
 import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
-import { callViaGateway, callViaTelegram, countSteps, lastUserText, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
+import { call, callViaGateway, callViaTelegram, countSteps, lastUserText, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
 
 const REQ = "agent:main:telegram:group:-100req";
 const TGT = "agent:main:telegram:group:-100tgt";
@@ -17,7 +17,7 @@ const TGT = "agent:main:telegram:group:-100tgt";
 let h: Harness | undefined;
 let telegram: RecordingAdapter;
 let discord: RecordingAdapter;
-let script: ((req: ModelRequest, step: Step) => ModelReply | undefined) | undefined;
+let script: ((req: ModelRequest, step: Step) => ModelReply | undefined | Promise<ModelReply | undefined>) | undefined;
 
 afterEach(async () => {
   await h?.stop();
@@ -131,6 +131,45 @@ describe("sessions_send: the primary run", () => {
     expect(countSteps(h!.model.requests, "a2a-message")).toBe(0);
   });
 
+  it("a label two sessions share is ambiguous: an error naming both, and no run starts", async () => {
+    await boot();
+    // The gateway keeps labels unique; a store written otherwise (older data, a manual edit) may not.
+    for (const key of [TGT, "agent:main:telegram:group:-100dup"]) await h!.app.sessions.upsert(key, "main", { label: "twin" });
+    expect(await send({ label: "twin", message: "which one?" })).toEqual({
+      runId: expect.any(String),
+      status: "error",
+      error: expect.stringMatching(/^Multiple sessions found with label: twin \((?=.*agent:main:telegram:group:-100tgt)(?=.*agent:main:telegram:group:-100dup)/),
+    });
+    expect(countSteps(h!.model.requests, "a2a-message")).toBe(0);
+  });
+
+  it("R15 stopping the requester's run ends its wait at once; the target run goes on and completes", async () => {
+    await boot();
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    script = async (_req, step) => {
+      if (step === "a2a-message") {
+        await released;
+        return { content: "finished anyway" };
+      }
+      return step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined;
+    };
+    await h!.app.router.accept(inbound({ chatType: "group", peerId: "-100req", to: "-100req", wasMentioned: true, text: call("sessions_send", { sessionKey: TGT, message: "long job", timeoutSeconds: 600 }) }));
+    await vi.waitFor(() => expect(h!.app.runtime.activeRuns().find((r) => r.sessionKey === TGT)?.status).toBe("running"));
+    const requester = h!.app.runtime.activeRuns().find((r) => r.sessionKey === REQ)!;
+    const target = h!.app.runtime.activeRuns().find((r) => r.sessionKey === TGT)!;
+    h!.app.runtime.abortSession(REQ);
+    try {
+      // The target is still held by the model: only an ended wait lets the requester's run end now.
+      await vi.waitFor(() => expect(h!.app.runtime.get(requester.runId)?.endedAt).toBeDefined(), { timeout: 5000 });
+      expect(h!.app.runtime.get(target.runId)?.status).toBe("running");
+    } finally {
+      release();
+    }
+    await vi.waitFor(() => expect(h!.app.runtime.get(target.runId)?.status).toBe("ok"));
+    await settle(h!);
+  });
+
   it("R12 the target may be given by sessionId or label; unknown targets and bad params are clear errors", async () => {
     await boot();
     script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
@@ -167,6 +206,51 @@ describe("sessions_send: reply-back loop and announce", () => {
     expect(telegram.textsTo("-100tgt")).toEqual(["announce now"]);
     expect(telegram.textsTo("-100req")).not.toContain("announce now");
     expect(h!.app.outbox.get(`a2a-announce:${result.runId}`)).toMatchObject({ sessionKey: TGT, kind: "announce", state: "sent", target: { channel: "telegram", to: "-100tgt" } });
+  });
+
+  it("R20 every reply-back step is persisted as an inter_session message from the other side", async () => {
+    await boot({ session: { agentToAgent: { maxPingPongTurns: 2 } } });
+    script = (_req, step) => (step === "a2a-reply" ? { content: "keep going" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    await send({ sessionKey: TGT, message: "q", timeoutSeconds: 5 });
+    await settle(h!);
+    const inputs = async (key: string) => (await messagesOf(h!.app, key)).flatMap((m) => (m.role === "user" && m.provenance?.kind === "inter_session" ? [[m.content, m.provenance]] : []));
+    // Turn 1 runs on the requester, fed the target's reply; turn 2 on the target, fed the requester's.
+    expect(await inputs(REQ)).toEqual([["echo: q", { kind: "inter_session", sourceSessionKey: TGT, sourceChannel: "telegram", sourceTool: "sessions_send" }]]);
+    expect(await inputs(TGT)).toEqual([
+      ["q", { kind: "inter_session", sourceSessionKey: REQ, sourceChannel: "telegram", sourceTool: "sessions_send" }],
+      ["keep going", { kind: "inter_session", sourceSessionKey: REQ, sourceChannel: "telegram", sourceTool: "sessions_send" }],
+      ["Agent-to-agent announce step.", { kind: "inter_session", sourceSessionKey: REQ, sourceChannel: "telegram", sourceTool: "sessions_send" }],
+    ]);
+  });
+
+  it("R22 across channels the step prompts name each side's own channel; the announce goes to the target's chat", async () => {
+    await boot();
+    await h!.app.router.accept(inbound({ channel: "discord", chatType: "channel", peerId: "c1", to: "c1", wasMentioned: true, text: "hi discord" }));
+    await h!.app.router.idle();
+    const DISCORD = "agent:main:discord:channel:c1";
+    script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "posted on discord" } : undefined);
+    await send({ sessionKey: DISCORD, message: "q", timeoutSeconds: 5 });
+    await settle(h!);
+    const parties = `Agent 1 (requester) session: ${REQ}.\nAgent 1 (requester) channel: telegram.\nAgent 2 (target) session: ${DISCORD}.\nAgent 2 (target) channel: discord.`;
+    expect(systemOf(stepRequests("a2a-reply")[0])).toContain(parties);
+    expect(systemOf(stepRequests("a2a-announce")[0])).toContain(parties);
+    expect(discord.textsTo("c1")).toEqual(["echo: hi discord", "posted on discord"]);
+    expect(telegram.textsTo("-100req")).not.toContain("posted on discord");
+  });
+
+  it("R6 under session.scope global the step prompts show the main bucket as main, never global", async () => {
+    await boot({ session: { scope: "global" } });
+    await h!.app.router.accept(inbound({ chatType: "direct", peerId: "1001", to: "1001", text: "dm" }));
+    await h!.app.router.idle();
+    script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    expect(await send({ sessionKey: "main", message: "q", timeoutSeconds: 5 })).toMatchObject({ status: "ok", sessionKey: "main" });
+    await settle(h!);
+    const prompts = [...stepRequests("a2a-message"), ...stepRequests("a2a-reply"), ...stepRequests("a2a-announce")].map(systemOf);
+    expect(prompts).toHaveLength(3);
+    for (const prompt of prompts) {
+      expect(prompt).toContain("Agent 2 (target) session: main.");
+      expect(prompt).not.toMatch(/\((requester|target)\) session: global\./);
+    }
   });
 
   it("R21 replying exactly REPLY_SKIP stops the ping-pong", async () => {
@@ -269,11 +353,36 @@ describe("sessions_send across agents (tools.agentToAgent)", () => {
     expect(list.sessions.map((r: any) => r.key)).not.toContain("agent:beta:main");
   });
 
+  it("naming the other agent's session by label or sessionId gets the same refusal", async () => {
+    await bootAgents();
+    const admin = await h!.client();
+    await admin.request("sessions.patch", { key: "agent:beta:main", label: "beta-room" });
+    const refusal = { status: "forbidden", error: "Agent-to-agent messaging is disabled. Set tools.agentToAgent.enabled=true to allow cross-agent sends." };
+    expect(await send({ label: "beta-room", message: "hi beta" })).toEqual(refusal);
+    expect(await send({ sessionKey: h!.app.sessions.require("agent:beta:main").sessionId, message: "hi beta" })).toEqual(refusal);
+    expect(countSteps(h!.model.requests, "a2a-message")).toBe(0);
+  });
+
   it("enabled with both agents allowed: the send runs in the other agent's session", async () => {
     await bootAgents({ enabled: true, allow: ["main", "beta"] });
     expect(await send({ sessionKey: "agent:beta:main", message: "hi beta", timeoutSeconds: 5 })).toMatchObject({ status: "ok", reply: "echo: hi beta", sessionKey: "agent:beta:main" });
     const list = await callViaGateway(h!, REQ, "sessions_list");
     expect(list.sessions.map((r: any) => r.key)).toContain("agent:beta:main");
+  });
+
+  it("R21 each reply-back step runs as its own session's agent (turn 1 as the requester's agent)", async () => {
+    await bootAgents({ enabled: true, allow: ["main", "beta"] });
+    script = (_req, step) => (step === "a2a-reply" ? { content: "go on" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    const result = await send({ sessionKey: "agent:beta:main", message: "hi beta", timeoutSeconds: 5 });
+    await settle(h!);
+    expect([1, 2, 3].map((turn) => h!.app.runtime.get(`${result.runId}:reply:${turn}`)?.agentId)).toEqual(["main", "beta", "main"]);
+    expect(stepRequests("a2a-reply").map((r) => [sessionOf(r), /^You are (\w+),/.exec(systemOf(r))?.[1]])).toEqual([
+      [REQ, "main"],
+      ["agent:beta:main", "beta"],
+      [REQ, "main"],
+      ["agent:beta:main", "beta"],
+      [REQ, "main"],
+    ]);
   });
 
   it("enabled but the other agent not in allow: forbidden", async () => {
