@@ -1,7 +1,8 @@
 // Web chat page: renders a ChatView (webchat-client.js holds the protocol and the conversation).
-import { ChatView, GatewayConnection } from "/webchat-client.js";
+import { ChatView, GatewayConnection } from "./webchat-client.js";
 
-const $ = (id) => document.getElementById(id);
+/** @returns {any} the page's element with this id (index.html has every one asked for) */
+const $ = (/** @type {string} */ id) => document.getElementById(id);
 const log = $("log");
 const tokenDialog = $("token-dialog");
 const initialKey = new URLSearchParams(location.search).get("session") || localStorage.getItem("sb.session") || "main";
@@ -37,7 +38,7 @@ const conn = new GatewayConnection({
 });
 const view = new ChatView(conn, { sessionKey: initialKey, onChange: render });
 
-$("composer").addEventListener("submit", (ev) => {
+$("composer").addEventListener("submit", (/** @type {SubmitEvent} */ ev) => {
   ev.preventDefault();
   const box = $("message");
   const text = box.value;
@@ -45,11 +46,11 @@ $("composer").addEventListener("submit", (ev) => {
   view.send(text);
 });
 
-$("message").addEventListener("keydown", (ev) => {
+$("message").addEventListener("keydown", (/** @type {KeyboardEvent} */ ev) => {
   if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); $("composer").requestSubmit(); }
 });
 
-$("session-form").addEventListener("submit", (ev) => {
+$("session-form").addEventListener("submit", (/** @type {SubmitEvent} */ ev) => {
   ev.preventDefault();
   const key = $("session").value.trim() || "main";
   localStorage.setItem("sb.session", key);
@@ -61,5 +62,9 @@ $("token-form").addEventListener("submit", () => {
   localStorage.setItem("sb.token", token);
   conn.setToken(token);
 });
+
+// Leaving the page (or entering the back-forward cache) closes the connection; coming back reopens it.
+window.addEventListener("pagehide", () => conn.stop());
+window.addEventListener("pageshow", (ev) => ev.persisted && conn.start());
 
 conn.start();

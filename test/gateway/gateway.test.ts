@@ -382,7 +382,7 @@ describe("web chat page", () => {
     expect(html).toMatch(/<label for="message"/);
     const js = await fetch(`${base}webchat.js`);
     expect(js.headers.get("content-type")).toMatch(/javascript/);
-    expect(await js.text()).toContain('from "/webchat-client.js"');
+    expect(await js.text()).toContain('from "./webchat-client.js"');
     const client = await fetch(`${base}webchat-client.js`);
     expect(client.headers.get("content-type")).toMatch(/javascript/);
     expect(await client.text()).toContain('"chat.send"');
