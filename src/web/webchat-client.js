@@ -9,6 +9,8 @@
 
 /** Reconnect delays; the last one repeats. */
 const RETRY_MS = [500, 1000, 2000, 5000, 10000];
+/** Shown for a failed run whose error says nothing. */
+const RUN_FAILED = "The agent failed.";
 
 export class GatewayConnection {
   #url;
@@ -172,7 +174,7 @@ export class GatewayConnection {
  * @param {string} a
  * @param {string} b
  */
-export function sameSession(a, b) {
+function sameSession(a, b) {
   const isMain = (/** @type {string} */ key) => /^agent:[^:]+:main$/.test(key);
   return a === b || (a === "main" && isMain(b)) || (b === "main" && isMain(a));
 }
@@ -182,7 +184,7 @@ export function sameSession(a, b) {
  * @param {{content?: string | Array<{type: string, text?: string}>} | undefined} message
  * @returns {string}
  */
-export function textOf(message) {
+function textOf(message) {
   if (typeof message?.content === "string") return message.content;
   return (message?.content || []).filter((b) => b.type === "text").map((b) => b.text ?? "").join("");
 }
@@ -222,10 +224,6 @@ export class ChatView {
     this.#onChange = onChange;
   }
 
-  get sessionKey() {
-    return this.#sessionKey;
-  }
-
   /**
    * Show another session.
    * @param {string} sessionKey
@@ -248,13 +246,13 @@ export class ChatView {
     for (const run of this.#awaiting.values()) run.carried = true;
     await Promise.allSettled([...this.#sends]);
     // Asked before the history is read: a run finished by then has its reply in what is read.
+    const runs = await Promise.all([...this.#awaiting.keys()].map((runId) => this.#conn.request("agent.wait", { runId, timeoutMs: 0 }).catch(() => undefined)));
     const failed = [];
-    for (const runId of [...this.#awaiting.keys()]) {
-      const run = await this.#conn.request("agent.wait", { runId, timeoutMs: 0 }).catch(() => undefined);
+    for (const run of runs) {
       if (!run || run.status === "timeout") continue;
-      this.#awaiting.delete(runId);
-      if (run.status === "ok") this.#fromHistory.add(runId);
-      else failed.push({ role: "error", text: run.error || "The agent failed." });
+      this.#awaiting.delete(run.runId);
+      if (run.status === "ok") this.#fromHistory.add(run.runId);
+      else failed.push({ role: "error", text: run.error || RUN_FAILED });
     }
     // A send answered by now is in the history read next; one made meanwhile is shown from here.
     const accepted = new Set([...this.#awaiting].filter(([, run]) => run.accepted).map(([runId]) => runId));
@@ -323,7 +321,7 @@ export class ChatView {
     if (runId) this.#awaiting.delete(runId);
     this.items = this.items.filter((item) => !(item.pending && item.runId === runId));
     if (event.state === "final") this.items.push({ role: "assistant", text: textOf(event.message) });
-    else if (event.state === "error") this.items.push({ role: "error", text: event.errorMessage || "The agent failed." });
+    else if (event.state === "error") this.items.push({ role: "error", text: event.errorMessage || RUN_FAILED });
     this.#onChange();
   }
 }
