@@ -10,9 +10,7 @@
  * unknown ones dropped — afterwards the store holds only well-formed session entries and inbound
  * records, and every transcript line parses.
  */
-import path from "node:path";
 import fc from "fast-check";
-import sqlite3 from "sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { InboundMessageSchema, type AcceptOutcome } from "../../src/inbound/router.js";
@@ -21,6 +19,7 @@ import { deserializeKeyv } from "../../src/store/kv.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
 import { FUZZ_SEED, hostileString, hostileValue, mostly } from "../helpers/hostile.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
+import { openStoreDb } from "../helpers/store-db.js";
 import { checkState } from "../helpers/state-check.js";
 
 const CASES = 3000;
@@ -32,29 +31,19 @@ const OWNER = "1001";
  * copy each inserted or updated `inbound:` row to a table of the test's own. Nothing of the
  * daemon is replaced or wrapped.
  */
-async function auditInboundWrites(file: string) {
-  const db = await new Promise<sqlite3.Database>((resolve, reject) => {
-    const d = new sqlite3.Database(file, (err) => (err ? reject(err) : resolve(d)));
-  });
-  db.configure("busyTimeout", 10_000);
+async function auditInboundWrites(stateDir: string) {
+  const db = await openStoreDb(stateDir);
   const copy = "WHEN substr(NEW.key, 1, 8) = 'inbound:' BEGIN INSERT INTO test_inbound_writes (key, value) VALUES (NEW.key, NEW.value); END";
-  await new Promise<void>((resolve, reject) =>
-    db.exec(
-      `CREATE TABLE test_inbound_writes (seq INTEGER PRIMARY KEY, key TEXT NOT NULL, value TEXT NOT NULL);
-       CREATE TRIGGER test_inbound_insert AFTER INSERT ON keyv ${copy};
-       CREATE TRIGGER test_inbound_update AFTER UPDATE ON keyv ${copy};`,
-      (err) => (err ? reject(err) : resolve()),
-    ),
+  await db.exec(
+    `CREATE TABLE test_inbound_writes (seq INTEGER PRIMARY KEY, key TEXT NOT NULL, value TEXT NOT NULL);
+     CREATE TRIGGER test_inbound_insert AFTER INSERT ON keyv ${copy};
+     CREATE TRIGGER test_inbound_update AFTER UPDATE ON keyv ${copy};`,
   );
   return {
     /** [inbound id, stored value] per write, in commit order. */
-    writes: () =>
-      new Promise<Array<[string, unknown]>>((resolve, reject) =>
-        db.all<{ key: string; value: string }>("SELECT key, value FROM test_inbound_writes ORDER BY seq", (err, rows) =>
-          err ? reject(err) : resolve(rows.map((r) => [r.key.slice("inbound:".length), deserializeKeyv(r.value).value])),
-        ),
-      ),
-    close: () => new Promise<void>((resolve) => db.close(() => resolve())),
+    writes: async (): Promise<Array<[string, unknown]>> =>
+      (await db.all<{ key: string; value: string }>("SELECT key, value FROM test_inbound_writes ORDER BY seq")).map((r) => [r.key.slice("inbound:".length), deserializeKeyv(r.value).value]),
+    close: () => db.close(),
   };
 }
 
@@ -65,7 +54,7 @@ beforeAll(async () => {
     config: { commands: { owners: [`telegram:${OWNER}`, `discord:${OWNER}`] }, session: { dmScope: "per-channel-peer" }, agents: { defaults: { maxConcurrent: 8, runTimeoutSeconds: 5 } } },
     adapters: [new RecordingAdapter("telegram"), new RecordingAdapter("discord"), new RecordingAdapter("whatsapp")],
   });
-  audit = await auditInboundWrites(path.join(h.stateDir, "switchboard.sqlite"));
+  audit = await auditInboundWrites(h.stateDir);
 });
 afterAll(async () => {
   await audit?.close();

@@ -1,12 +1,12 @@
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import sqlite3 from "sqlite3";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { InboundMessage } from "../../src/channels/types.js";
 import { GIVEN_UP_NOTICE, MAX_RESUMES } from "../../src/inbound/router.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { stateDirWithPending, withInboundStore, type StoredInbound } from "../helpers/inbound-store.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
+import { openStoreDb } from "../helpers/store-db.js";
 
 let h: Harness | undefined;
 afterEach(async () => {
@@ -29,20 +29,6 @@ function blockTranscripts(stateDir: string): string {
   mkdirSync(path.dirname(dir), { recursive: true });
   writeFileSync(dir, "not a directory");
   return dir;
-}
-
-/**
- * A connection of the test's own to the daemon's SQLite file: a trigger on it makes the store's
- * statements fail as they would on a full disk.
- */
-async function openStoreDb(stateDir: string) {
-  const db = await new Promise<sqlite3.Database>((resolve, reject) => {
-    const d = new sqlite3.Database(path.join(stateDir, "switchboard.sqlite"), (err) => (err ? reject(err) : resolve(d)));
-  });
-  return {
-    exec: (sql: string) => new Promise<void>((resolve, reject) => db.exec(sql, (err) => (err ? reject(err) : resolve()))),
-    close: () => new Promise<void>((resolve) => db.close(() => resolve())),
-  };
 }
 
 const inboundId = (msg: InboundMessage) => `${msg.channel}:${msg.accountId}:${msg.messageId}`;

@@ -9,6 +9,7 @@ import type { ConfigInput } from "../../src/config/schema.js";
 import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
+import { openStoreDb } from "../helpers/store-db.js";
 import { call, callViaGateway, callViaTelegram, countSteps, lastUserText, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
 
 const REQ = "agent:main:telegram:group:-100req";
@@ -25,10 +26,10 @@ afterEach(async () => {
   script = undefined;
 });
 
-async function boot(config: ConfigInput = {}): Promise<Harness> {
+async function boot(config: ConfigInput = {}, store: "memory" | "sqlite" = "memory"): Promise<Harness> {
   telegram = new RecordingAdapter("telegram");
   discord = new RecordingAdapter("discord");
-  h = await startHarness({ store: "memory", config, adapters: [telegram, discord], responder: toolDriver((req, step) => script?.(req, step)) });
+  h = await startHarness({ store, config, adapters: [telegram, discord], responder: toolDriver((req, step) => script?.(req, step)) });
   for (const peer of ["-100req", "-100tgt"]) await h.app.router.accept(inbound({ chatType: "group", peerId: peer, to: peer, wasMentioned: true, text: `hi ${peer}` }));
   await h.app.router.idle();
   telegram.sent.length = 0;
@@ -206,6 +207,33 @@ describe("sessions_send: reply-back loop and announce", () => {
     expect(telegram.textsTo("-100tgt")).toEqual(["announce now"]);
     expect(telegram.textsTo("-100req")).not.toContain("announce now");
     expect(h!.app.outbox.get(`a2a-announce:${result.runId}`)).toMatchObject({ sessionKey: TGT, kind: "announce", state: "sent", target: { channel: "telegram", to: "-100tgt" } });
+  });
+
+  it("R17 an announce whose outbox write fails is dropped, never thrown: the send's result stands, nothing is sent for it, and the next announce goes out", async () => {
+    await boot({}, "sqlite");
+    const rejections: unknown[] = [];
+    const onRejection = (reason: unknown) => rejections.push(reason);
+    process.on("unhandledRejection", onRejection);
+    const db = await openStoreDb(h!.stateDir);
+    try {
+      script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: `announce after ${stepRequests("a2a-announce").length}` } : undefined);
+      await db.exec("CREATE TRIGGER test_refuse_announce BEFORE INSERT ON keyv WHEN NEW.key LIKE 'outbox:a2a-announce:%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+      const refused = await send({ sessionKey: TGT, message: "first", timeoutSeconds: 5 });
+      expect(refused).toMatchObject({ status: "ok", reply: "echo: first" });
+      await settle(h!);
+      expect(stepRequests("a2a-announce")).toHaveLength(1);
+      expect(h!.app.outbox.get(`a2a-announce:${refused.runId}`)).toBeUndefined();
+
+      await db.exec("DROP TRIGGER test_refuse_announce");
+      const allowed = await send({ sessionKey: TGT, message: "second", timeoutSeconds: 5 });
+      await settle(h!);
+      expect(telegram.textsTo("-100tgt")).toEqual(["announce after 2"]);
+      expect(h!.app.outbox.get(`a2a-announce:${allowed.runId}`)).toMatchObject({ state: "sent" });
+      expect(rejections).toEqual([]);
+    } finally {
+      process.off("unhandledRejection", onRejection);
+      await db.close();
+    }
   });
 
   it("R20 every reply-back step is persisted as an inter_session message from the other side", async () => {
