@@ -5,6 +5,7 @@
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { PlatformError } from "../../src/channels/types.js";
+import { A2A_STEP_TIMEOUT_MS } from "../../src/tools/a2a-flow.js";
 import type { ConfigInput } from "../../src/config/schema.js";
 import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
@@ -234,6 +235,36 @@ describe("sessions_send: reply-back loop and announce", () => {
       process.off("unhandledRejection", onRejection);
       await db.close();
     }
+  });
+
+  it(`R21 a reply-back step that never answers is aborted after ${A2A_STEP_TIMEOUT_MS / 1000} s; the loop ends there and the announce step still runs`, async () => {
+    await boot();
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    script = async (_req, step) => {
+      if (step === "a2a-reply") {
+        await released;
+        return { content: "too late" };
+      }
+      return step === "a2a-announce" ? { content: "announce after a silent step" } : undefined;
+    };
+    // Only the timers created from here on are fake: the step's own deadline among them.
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"], shouldAdvanceTime: true });
+    try {
+      const result = await send({ sessionKey: TGT, message: "are you there?", timeoutSeconds: 5 });
+      const stepId = `${result.runId}:reply:1`;
+      await vi.waitFor(() => expect(h!.app.runtime.get(stepId)?.status).toBe("running"));
+      await vi.advanceTimersByTimeAsync(A2A_STEP_TIMEOUT_MS - 1000);
+      expect(h!.app.runtime.get(stepId)?.status).toBe("running");
+      await vi.advanceTimersByTimeAsync(2000);
+      await vi.waitFor(() => expect(h!.app.runtime.get(stepId)).toMatchObject({ status: "timeout" }));
+      await vi.waitFor(() => expect(telegram.textsTo("-100tgt")).toEqual(["announce after a silent step"]));
+      expect(stepRequests("a2a-reply")).toHaveLength(1);
+    } finally {
+      vi.useRealTimers();
+      release();
+    }
+    await settle(h!);
   });
 
   it("R20 every reply-back step is persisted as an inter_session message from the other side", async () => {
