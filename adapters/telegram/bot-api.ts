@@ -48,7 +48,11 @@ export function createBotApi(apiRoot: string, token: string): BotApiCall {
     try {
       data = JSON.parse(res.text) as typeof data;
     } catch {
-      throw new Error(`${method}: HTTP ${res.status} answered with a body that is not JSON: ${JSON.stringify(res.text.slice(0, 100))}`);
+      const what = `HTTP ${res.status} answered with a body that is not JSON: ${JSON.stringify(res.text.slice(0, 100))}`;
+      // A proxy's 4xx page (413 body too large, 404 wrong root…) refuses the call as surely as the
+      // API would; as a plain Error it would count as transport and be retried in vain.
+      if (res.status >= 400) throw new TelegramError({ error_code: res.status, description: what }, { method });
+      throw new Error(`${method}: ${what}`);
     }
     if (data?.ok === true) return data.result as T;
     const code = typeof data?.error_code === "number" ? data.error_code : res.status;

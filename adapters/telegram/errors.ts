@@ -70,7 +70,8 @@ export function classify(err: unknown): { code: PlatformErrorCode; retryAfterMs?
     if (api.parameters?.migrate_to_chat_id !== undefined) return { code: "not_found" };
     return /chat not found|user not found|thread not found/i.test(api.description) ? { code: "not_found" } : { code: "invalid" };
   }
-  if (c === 409 || c >= 500) return { code: "transport" };
+  // 408 only comes from a proxy that gave up waiting for the request: nothing was sent yet.
+  if (c === 408 || c === 409 || c >= 500) return { code: "transport" };
   return { code: "invalid" };
 }
 

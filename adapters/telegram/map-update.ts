@@ -43,7 +43,8 @@ export function mapUpdate(update: TgUpdate, bot: BotIdentity, accountId: string)
     senderId: String(m.from.id),
     text: command.text,
     messageId: messageIdOf(m, edited),
-    wasMentioned: command.addressedToUs || mentionsBot(raw, entities, bot) || isReplyToBot(m, bot),
+    // A forward carries someone else's mentions: relaying them does not address the bot (as on Discord).
+    wasMentioned: !isForwarded(m) && (command.addressedToUs || mentionsBot(raw, entities, bot) || isReplyToBot(m, bot)),
     to: String(m.chat.id),
     timestamp: (edited ? (m.edit_date ?? m.date) : m.date) * 1000,
   };

@@ -118,7 +118,8 @@ export async function mapInbound(msg: WAMessage, ctx: MapContext): Promise<Inbou
     accountId: ctx.accountId,
     text: content.text,
     messageId,
-    wasMentioned: mentioned || quotedOurs,
+    // A forward carries someone else's mentions and quote: relaying them does not address us.
+    wasMentioned: !ci?.isForwarded && (mentioned || quotedOurs),
     timestamp: timestampMs(msg.messageTimestamp),
     ...(msg.pushName ? { senderName: withinNameLimit(msg.pushName) } : {}),
     ...(ci?.isForwarded ? { forwarded: true } : {}),

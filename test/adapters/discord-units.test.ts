@@ -23,6 +23,7 @@ describe("toPlatformError", () => {
     [apiError(400, 50035, "Invalid Form Body"), "invalid"],
     [apiError(400, 50006, "Cannot send an empty message"), "invalid"],
     [new HTTPError(502, "Bad Gateway", "POST", URL_, { body: {} }), "transport"],
+    [new HTTPError(500, "Internal Server Error", "POST", URL_, { body: {} }), "transport"],
     // A 4xx without Discord's JSON body (a proxy's page): repeating the request cannot help.
     [new HTTPError(413, "Payload Too Large", "POST", URL_, { body: {} }), "invalid"],
     [new TypeError("fetch failed", { cause: Object.assign(new Error("connect"), { code: "ECONNREFUSED" }) }), "transport"],
@@ -188,6 +189,7 @@ describe("stripBotMention", () => {
     ["<@!7>, hello", "hello"],
     ["<@7><@7> twice", "twice"],
     ["ask <@7> about it", "ask @switchboard about it"],
+    ["ask <@7> or <@!7> again", "ask @switchboard or @switchboard again"],
     ["<@8> not me", "<@8> not me"],
     ["line one\nline two", "line one\nline two"],
   ])("%j → %j", (input, out) => {

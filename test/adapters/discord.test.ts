@@ -321,6 +321,12 @@ describe("discord adapter: send", () => {
     expect(h.adapter.rateLimitsFor!(target(h.fake.ids.general, { threadId: h.fake.ids.thread }))[0]).toEqual({ key: `chat:${h.fake.ids.thread}`, count: 5, intervalMs: 5000 });
   });
 
+  it("typing for a thread target shows in the thread, not in the parent channel in `to`", async () => {
+    const h = await started();
+    await h.adapter.typing!(target(h.fake.ids.general, { threadId: h.fake.ids.thread }));
+    expect(h.fake.callsTo("POST /channels/:id/typing").map((c) => c.params.id)).toEqual([h.fake.ids.thread]);
+  });
+
   it("a send repeated with the same idempotency key (its first outcome unknown) posts one message; another key posts anew", async () => {
     const h = await started();
     const first = await h.adapter.send(target(h.fake.ids.general), "once", { idempotencyKey: "reply:k#0" });

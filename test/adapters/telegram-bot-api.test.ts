@@ -101,6 +101,18 @@ describe("Bot API calls without telegraf's fetch stack", () => {
     expect(classify(err).code).toBe("transport");
   });
 
+  it("R3 a proxy's 4xx page that is not JSON is a refusal by its status: a 413 is not retried, a 429 is a rate limit", async () => {
+    const { root } = await server((path) => {
+      const status = path.endsWith("/a") ? 413 : 429;
+      return { status, body: `<html>${status}</html>`, headers: { "content-type": "text/html" } };
+    });
+    const call = createBotApi(root, TOKEN);
+    const tooLarge = await failure(call("a", {}, { agent: agent() }));
+    expect(String(tooLarge)).toContain('413: HTTP 413 answered with a body that is not JSON: "<html>413</html>"');
+    expect(toPlatformError(tooLarge, "sendMessage", TOKEN)).toMatchObject({ code: "invalid", retryable: false });
+    expect(classify(await failure(call("b", {}, { agent: agent() }))).code).toBe("rate_limited");
+  });
+
   it("R3 a redirect (a proxy, a mistyped root) is a clear error that is not retried, and hides the token in the new address", async () => {
     const { root } = await server(() => ({ status: 301, body: "", headers: { location: `https://elsewhere.example/bot${TOKEN}/sendMessage` } }));
     const err = await failure(createBotApi(root, TOKEN)("sendMessage", {}, { agent: agent() }));

@@ -107,6 +107,9 @@ describe("telegram mapUpdate: mentions", () => {
     { name: "M12 a command addressed to us (/status@OurBot) counts as a mention", message: msg(group, { text: "/status@SwitchboardTestBot" }), mentioned: true },
     // Users without a @handle are mentioned by id (text_mention): only our own id is us.
     { name: "M13 text_mention of another user (alice) is not a mention of us", message: msg(group, { text: "Alice look", entities: [{ type: "text_mention", offset: 0, length: 5, user: alice }] }), mentioned: false },
+    // A forward relays someone else's message, mentions and all: whoever forwards it has not addressed the bot.
+    { name: "M14 a forwarded message mentioning the bot is not a mention", message: msg(group, { text: "hey @SwitchboardTestBot", entities: mention("hey @SwitchboardTestBot", "@SwitchboardTestBot"), forward_origin: { type: "user", date: 1, sender_user: alice } }), mentioned: false },
+    { name: "M15 a legacy forward (forward_date) of a command to us is not a mention", message: msg(group, { text: "/status@SwitchboardTestBot", forward_date: 1 }), mentioned: false },
   ];
   it.each(cases)("$name", ({ message, mentioned }) => {
     expect(mapped(upd(message)).wasMentioned).toBe(mentioned);
@@ -147,6 +150,7 @@ describe("telegram mapUpdate: ignored updates", () => {
   const cases: { name: string; update: TgUpdate; reason: string }[] = [
     { name: "I1 the bot's own message", update: upd(msg(group, { from: botUser })), reason: "own_message" },
     { name: "I2 channel_post update", update: { update_id: 1, channel_post: msg({ id: -100999, type: "channel", title: "News" }, { from: undefined }) }, reason: "channel_post" },
+    { name: "I2b edited_channel_post update", update: { update_id: 1, edited_channel_post: msg({ id: -100999, type: "channel", title: "News" }, { from: undefined, edit_date: 1 }) }, reason: "channel_post" },
     { name: "I3 message in a channel chat", update: upd(msg({ id: -100999, type: "channel", title: "News" })), reason: "channel_post" },
     { name: "I4 no text and no caption (sticker)", update: upd(msg(dm, { text: undefined })), reason: "no_text" },
     { name: "I5 whitespace-only text", update: upd(msg(dm, { text: "  \n" })), reason: "no_text" },

@@ -49,7 +49,9 @@ describe("telegram error mapping (errors.ts)", () => {
     { name: "400 chat not found → not_found", err: apiError(400, "Bad Request: chat not found"), code: "not_found" },
     { name: "400 group upgraded (migrate_to_chat_id) → not_found", err: apiError(400, "Bad Request: group chat was upgraded to a supergroup chat", { migrate_to_chat_id: -1001 }), code: "not_found" },
     { name: "400 message thread not found (forum topic deleted) → not_found", err: apiError(400, "Bad Request: message thread not found"), code: "not_found" },
+    { name: "400 user not found → not_found", err: apiError(400, "Bad Request: user not found"), code: "not_found" },
     { name: "400 other → invalid", err: apiError(400, "Bad Request: message is too long"), code: "invalid" },
+    { name: "408 (a proxy's request timeout) → transport", err: apiError(408, "HTTP 408 answered with a body that is not JSON"), code: "transport" },
     { name: "409 → transport", err: apiError(409, "Conflict: terminated by other getUpdates request"), code: "transport" },
     { name: "500 → transport", err: apiError(500, "Internal Server Error"), code: "transport" },
     { name: "502 → transport", err: apiError(502, "Bad Gateway"), code: "transport" },
@@ -117,6 +119,8 @@ describe("telegram outbound payloads and limits", () => {
     expect(replyMessageId("42:7:edit:1700000000")).toBe(7);
     expect(replyMessageId("45")).toBe(45);
     expect(replyMessageId("garbage")).toBeUndefined();
+    expect(replyMessageId("42:0")).toBeUndefined();
+    expect(replyMessageId("-3")).toBeUndefined();
     expect(sendMessageParams(t({ replyToMessageId: "-100888:45" }), "hi").reply_parameters).toEqual({ message_id: 45, allow_sending_without_reply: true });
   });
   it("O4 a non-numeric or non-positive threadId is an invalid target", () => {
@@ -126,6 +130,9 @@ describe("telegram outbound payloads and limits", () => {
     expect(rateLimitsFor(t({ to: "42" }))).toEqual([{ key: "chat:42", count: 1, intervalMs: 1000 }, { key: "global", count: 30, intervalMs: 1000 }]);
     expect(rateLimitsFor(t())).toEqual([{ key: "chat:-100888", count: 20, intervalMs: 60000 }, { key: "global", count: 30, intervalMs: 1000 }]);
     expect(rateLimitsFor(t({ to: "@news" }))[0]).toEqual({ key: "chat:@news", count: 20, intervalMs: 60000 });
+  });
+  it("L3 forum topics share their group's limit: Telegram counts per chat, not per topic", () => {
+    expect(rateLimitsFor(t({ threadId: "77" }))).toEqual(rateLimitsFor(t()));
   });
   it("L2 config rateLimit overrides the defaults; fractional rates stretch the interval", () => {
     expect(rateLimitsFor(t({ to: "42" }), { perChatPerSecond: 0.5, globalPerSecond: 10 })).toEqual([{ key: "chat:42", count: 1, intervalMs: 2000 }, { key: "global", count: 10, intervalMs: 1000 }]);
@@ -228,6 +235,93 @@ describe("telegram poller offsets", () => {
     await poller.stop(1000);
     expect(handled).toEqual([5, 6]);
     expect(offsets).toEqual([undefined, 6, 6, 7]);
+  });
+
+  it("P6 rejections inside a batch: the offset moves past the accepted prefix only, never past a rejected update", async () => {
+    const { offsets, getUpdates } = scripted([[{ update_id: 1 }, { update_id: 2 }, { update_id: 3 }, { update_id: 4 }], [{ update_id: 2 }, { update_id: 3 }, { update_id: 4 }]]);
+    const rejectOnce = new Set([2, 4]);
+    const accepted: number[] = [];
+    const poller = new Poller(
+      pollerDeps({
+        getUpdates,
+        handle: async (u) => {
+          if (rejectOnce.delete(u.update_id)) throw new Error("store unavailable");
+          accepted.push(u.update_id);
+        },
+      }),
+    );
+    poller.start();
+    await waitFor(() => offsets.length === 3, 5000, "third poll");
+    await poller.stop(1000);
+    // 1 was accepted, 2 was not: asking from 2 again keeps 2 (and re-sends 3, which the core
+    // dedupes); asking from 3 or 5 would lose it, asking from the start would repeat 1.
+    expect(offsets).toEqual([undefined, 2, 5]);
+    expect(accepted).toEqual([1, 3, 2, 3, 4]);
+  });
+
+  it("P7 stop() waits, within its grace, for an update the core is still accepting, and its offset is stored before stop() returns", async () => {
+    const kv = memKv();
+    let accept!: () => void;
+    const { getUpdates } = scripted([[{ update_id: 1 }]]);
+    const poller = new Poller(pollerDeps({ kv, getUpdates, handle: () => new Promise<void>((r) => (accept = r)) }));
+    poller.start();
+    await waitFor(() => accept, 5000, "update handed over");
+    let stopped = false;
+    const stopping = poller.stop(5000).then(() => void (stopped = true));
+    await new Promise((r) => setImmediate(r));
+    expect(stopped).toBe(false);
+    accept();
+    await stopping;
+    expect(kv.m.get("offset")).toBe(2);
+  });
+
+  it("P8 a batch whose answer arrives as stop() aborts the poll is not handed to the core (Telegram sends it again)", async () => {
+    let answer!: (batch: TgUpdate[]) => void;
+    const handled: number[] = [];
+    const poller = new Poller(
+      pollerDeps({
+        getUpdates: () => new Promise<TgUpdate[]>((r) => (answer = r)),
+        handle: async (u) => void handled.push(u.update_id),
+      }),
+    );
+    poller.start();
+    await waitFor(() => answer, 5000, "first poll");
+    const stopping = poller.stop(1000);
+    answer([{ update_id: 1 }]);
+    await stopping;
+    expect(handled).toEqual([]);
+  });
+
+  it("P9 short polling (timeout 0): an empty answer is followed by a pause, not by an immediate new request", async () => {
+    vi.useFakeTimers();
+    try {
+      let polls = 0;
+      // Parks after a few polls, so a loop that does not pause cannot spin forever.
+      const poller = new Poller(pollerDeps({ timeoutSeconds: 0, getUpdates: (_params, signal) => (++polls <= 5 ? Promise.resolve([]) : parkedPoll(signal)) }));
+      poller.start();
+      await vi.advanceTimersByTimeAsync(999);
+      expect(polls).toBe(1);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(polls).toBe(2);
+      await poller.stop(1000);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("P10 an answered poll leaves no timer behind: after stop() nothing holds the process open", async () => {
+    vi.useFakeTimers();
+    try {
+      const { offsets, getUpdates } = scripted([[{ update_id: 1 }]]);
+      const poller = new Poller(pollerDeps({ getUpdates }));
+      poller.start();
+      await vi.advanceTimersByTimeAsync(0);
+      expect(offsets).toEqual([undefined, 2]);
+      await poller.stop(1000);
+      expect(vi.getTimerCount()).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("P4 a failed offset write is reported as a persist error and polling goes on; the next batch's write lands", async () => {

@@ -8,6 +8,8 @@ describe("whatsapp jid helpers", () => {
     ["15551234567@c.us", "pn"],
     ["123456789012345@lid", "lid"],
     ["123456789012345:3@lid", "lid"],
+    ["15551234567:99@hosted", "pn"],
+    ["123456789012345:99@hosted.lid", "lid"],
     ["120363021234567890@g.us", "group"],
     ["status@broadcast", "status"],
     ["1234567890@broadcast", "broadcast"],

@@ -14,6 +14,8 @@ describe("extractContent", () => {
     ["view-once image", { viewOnceMessageV2: { message: { imageMessage: { caption: "once" } } } }, "once", false],
     ["captioned document in a disappearing chat", { ephemeralMessage: { message: { documentWithCaptionMessage: { message: { documentMessage: { caption: "doc" } } } } } }, "doc", false],
     ["edit", { protocolMessage: { type: 14, editedMessage: { conversation: "fixed" } } }, "fixed", true],
+    ["edit inside its editedMessage wrapper", { editedMessage: { message: { protocolMessage: { type: 14, editedMessage: { conversation: "fixed" } } } } }, "fixed", true],
+    ["edit of a captioned document", { protocolMessage: { type: 14, editedMessage: { documentWithCaptionMessage: { message: { documentMessage: { caption: "doc v2" } } } } } }, "doc v2", true],
     ["image without caption", { imageMessage: {} }, undefined, false],
     ["reaction", { reactionMessage: { text: "👍" } }, undefined, false],
     ["revoke", { protocolMessage: { type: 0 } }, undefined, false],
@@ -107,6 +109,29 @@ describe("mapInbound edge cases", () => {
       key: { remoteJid: "120363000000000001@g.us", id: "L2", fromMe: false, participant: "123456789012345@lid", participantPn: "15551234567@s.whatsapp.net" } as WAMessage["key"],
     });
     expect((await mapInbound(lidGroup, ctx))?.senderId).toBe("+15551234567");
+  });
+
+  it("a group message whose sender is named on the message rather than its key keeps that sender", async () => {
+    const group = dm({ key: { remoteJid: "120363000000000001@g.us", id: "G3", fromMe: false }, participant: "15551234567@s.whatsapp.net" });
+    expect(await mapInbound(group, ctx)).toMatchObject({ chatType: "group", peerId: "120363000000000001@g.us", senderId: "+15551234567" });
+  });
+
+  it.each<[string, proto.IMessage]>([
+    ["an image caption quoting our message", { imageMessage: { caption: "this one?", contextInfo: { stanzaId: "OURS" } } }],
+    ["a video caption mentioning us", { videoMessage: { caption: "@bot watch", contextInfo: { mentionedJid: ["15550000001@s.whatsapp.net"] } } }],
+    ["a document caption mentioning our LID", { documentMessage: { caption: "@bot read", contextInfo: { mentionedJid: ["90000000000001@lid"] } } }],
+  ])("%s counts as a mention, like the same in a text message", async (_name, message) => {
+    const group = dm({ key: { remoteJid: "120363000000000001@g.us", id: "G4", fromMe: false, participant: "15551234567@s.whatsapp.net" }, message });
+    expect((await mapInbound(group, ctx))?.wasMentioned).toBe(true);
+  });
+
+  it.each<[string, proto.IContextInfo]>([
+    ["mentioning us", { mentionedJid: ["15550000001@s.whatsapp.net"] }],
+    ["quoting our message", { stanzaId: "OURS" }],
+  ])("a forwarded group message %s is not a mention: whoever forwards it has not addressed us", async (_name, contextInfo) => {
+    const message = { extendedTextMessage: { text: "@bot look", contextInfo: { ...contextInfo, isForwarded: true } } };
+    const group = dm({ key: { remoteJid: "120363000000000001@g.us", id: "G5", fromMe: false, participant: "15551234567@s.whatsapp.net" }, message });
+    expect(await mapInbound(group, ctx)).toMatchObject({ forwarded: true, wasMentioned: false });
   });
 
   it("a DM quoting one of our message ids counts as a mention", async () => {
