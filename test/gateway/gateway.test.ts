@@ -1,6 +1,9 @@
+import { existsSync } from "node:fs";
+import { mkdir, rmdir } from "node:fs/promises";
 import WebSocket from "ws";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { GatewayCallError } from "../../src/gateway/client.js";
+import { GatewayCallError, type GatewayClient } from "../../src/gateway/client.js";
+import { Params } from "../../src/gateway/protocol.js";
 import { closeReason } from "../../src/gateway/server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
@@ -47,7 +50,8 @@ describe("gateway handshake and auth", () => {
     s.ws.send(connectFrame());
     const hello = await s.next();
     expect(hello).toMatchObject({ type: "res", id: "c", ok: true, payload: { type: "hello-ok", protocol: 4, snapshot: { sessionDefaults: { defaultAgentId: "main", mainKey: "main", mainSessionKey: "agent:main:main", scope: "per-sender" } }, auth: { method: "token", role: "operator" } } });
-    expect(hello.payload.features.methods).toEqual(expect.arrayContaining(["sessions.list", "sessions.resolve", "sessions.patch", "sessions.reset", "sessions.delete", "chat.send", "chat.history", "agent", "agent.wait", "send", "health"]));
+    // Exactly the methods served: a client picks what to call from this list.
+    expect([...hello.payload.features.methods].sort()).toEqual(["agent", "agent.wait", "chat.history", "chat.send", "health", "node.event", "send", "sessions.delete", "sessions.list", "sessions.patch", "sessions.reset", "sessions.resolve", "status"]);
     s.ws.close();
   });
 
@@ -586,12 +590,17 @@ describe("gateway connection lifecycle", () => {
     expect(ticks[0]).toEqual({ ts: expect.any(Number) });
   });
 
-  it("interfaces §3 no handshake within 10 s closes the socket", async () => {
+  it("interfaces §3 no handshake within 10 s closes the socket; a socket that finished its handshake stays open", async () => {
     h = await startHarness();
+    // Opened first, so its own 10 s are up before the silent socket's are.
+    const done = await connectedSocket(h.url);
     const s = await rawSocket(h.url);
     await s.next();
     const code = await new Promise<number>((resolve) => s.ws.once("close", (closeCode) => resolve(closeCode)));
     expect(code).toBe(4008);
+    done.ws.send(JSON.stringify({ type: "req", id: "still", method: "health", params: {} }));
+    expect(await done.next()).toMatchObject({ id: "still", ok: true });
+    done.ws.close();
   }, 20_000);
 
   it("stopping the daemon tells connected clients (a shutdown event) and closes with 1012, service restart", async () => {
@@ -670,6 +679,29 @@ describe("gateway connection lifecycle", () => {
     }
     expect(h.model.requests).toHaveLength(0);
   });
+
+  it("interfaces §3 scopes: operator.admin alone may call every operator method, and operator.write alone the read methods", async () => {
+    h = await startHarness();
+    const admin = await h.client({ scopes: ["operator.admin"] });
+    const writer = await h.client({ scopes: ["operator.write"] });
+    const codeOf = (c: GatewayClient, method: string) => c.request(method, {}).then(() => "ok", (e: GatewayCallError) => e.code);
+    for (const [method, scope] of SPEC_SCOPES) {
+      expect(await codeOf(admin, method), `${method} with operator.admin`).not.toBe("FORBIDDEN");
+      if (scope === "operator.read") expect(await codeOf(writer, method), `${method} with operator.write`).not.toBe("FORBIDDEN");
+    }
+    expect(h.model.requests).toHaveLength(0);
+  });
+
+  it("a node connection is granted no operator scope, whatever scopes its connect asks for", async () => {
+    h = await startHarness();
+    const s = await rawSocket(h.url);
+    await s.next();
+    s.ws.send(connectFrame({ role: "node", nodeId: "n1", scopes: ["operator.admin"] }));
+    expect(await s.next()).toMatchObject({ id: "c", ok: true, payload: { auth: { role: "node", scopes: [] } } });
+    s.ws.send(JSON.stringify({ type: "req", id: "l", method: "sessions.list", params: {} }));
+    expect(await s.next()).toMatchObject({ id: "l", ok: false, error: { code: "FORBIDDEN" } });
+    s.ws.close();
+  });
 });
 
 describe("gateway send and bot accounts", () => {
@@ -683,5 +715,338 @@ describe("gateway send and bot accounts", () => {
     expect(await c.request("send", { channel: "telegram", accountId: "b", to: "5", message: "for b", idempotencyKey: "to-b" })).toMatchObject({ status: "sent" });
     expect(b.textsTo("5")).toEqual(["for b"]);
     expect(a.sent).toEqual([]);
+  });
+});
+
+describe("gateway malformed frames", () => {
+  it.each([
+    ["not JSON", "{not json"],
+    ["JSON but not a request frame", JSON.stringify({ type: "req", id: "f", method: 5 })],
+  ])("interfaces §3 a first frame that is %s is refused with an error and the socket closes", async (_what, frame) => {
+    h = await startHarness();
+    const s = await rawSocket(h.url);
+    await s.next();
+    const closed = new Promise<number>((resolve) => s.ws.once("close", (code) => resolve(code)));
+    s.ws.send(frame);
+    expect(await s.next()).toMatchObject({ type: "res", ok: false, error: { code: "INVALID_REQUEST" } });
+    expect(await closed).toBe(1008);
+  });
+
+  it("interfaces §3 the error for a torn or ill-shaped frame carries the frame's id when it has one", async () => {
+    h = await startHarness();
+    const s = await connectedSocket(h.url);
+    s.ws.send('{"type":"req","id":"torn","method":"health","params":{');
+    expect(await s.next()).toMatchObject({ id: "torn", ok: false, error: { code: "INVALID_REQUEST", message: expect.stringMatching(/^invalid JSON/) } });
+    s.ws.send(JSON.stringify({ type: "req", id: "shape", method: 42 }));
+    expect(await s.next()).toMatchObject({ id: "shape", ok: false, error: { code: "INVALID_REQUEST", message: expect.stringMatching(/^invalid frame: method/) } });
+    s.ws.close();
+  });
+
+  it("a method named like an Object property (__proto__, constructor, toString) is an unknown method; the connection stays open", async () => {
+    h = await startHarness();
+    const s = await connectedSocket(h.url);
+    for (const method of ["__proto__", "constructor", "toString", "hasOwnProperty"]) {
+      s.ws.send(JSON.stringify({ type: "req", id: method, method, params: {} }));
+      expect(await s.next()).toMatchObject({ id: method, ok: false, error: { code: "INVALID_REQUEST", message: `unknown method: ${method}` } });
+    }
+    s.ws.send(JSON.stringify({ type: "req", id: "after", method: "health", params: {} }));
+    expect(await s.next()).toMatchObject({ id: "after", ok: true });
+    s.ws.close();
+  });
+
+  it("interfaces §3 params are strict: an unknown field is INVALID_REQUEST naming it, for every method", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    const node = await h.client({ role: "node", nodeId: "strict" });
+    const valid: Record<string, Record<string, unknown>> = {
+      "sessions.list": {},
+      "sessions.resolve": { key: "main" },
+      "sessions.patch": { key: "main" },
+      "sessions.reset": { key: "main" },
+      "sessions.delete": { key: "agent:main:telegram:group:-1" },
+      "chat.history": { sessionKey: "main" },
+      "chat.send": { sessionKey: "main", message: "hi", idempotencyKey: "k1" },
+      agent: { message: "hi", idempotencyKey: "k2" },
+      "agent.wait": { runId: "r" },
+      send: { to: "1", message: "hi", channel: "telegram", idempotencyKey: "k3" },
+      health: {},
+      status: {},
+      "node.event": { message: "hi", idempotencyKey: "k4" },
+    };
+    expect(Object.keys(valid).sort()).toEqual(Object.keys(Params).sort());
+    for (const method of Object.keys(valid)) {
+      const caller = method === "node.event" ? node : c;
+      await expect(caller.request(method, { ...valid[method], bogusField: 1 }), method).rejects.toMatchObject({ code: "INVALID_REQUEST", message: expect.stringContaining('unknown field(s) "bogusField"') });
+    }
+    expect(h.model.requests).toHaveLength(0);
+    expect(h.app.sessions.size).toBe(0);
+  });
+
+  it("an HTTP route that throws answers 500 with a JSON error that does not leak the cause; the server keeps serving", async () => {
+    h = await startHarness();
+    h.daemon.gateway.route("GET", "/boom", () => {
+      throw new Error("secret detail");
+    });
+    const base = h.url.replace("ws://", "http://");
+    const res = await fetch(`${base}boom`);
+    expect(res.status).toBe(500);
+    expect(await res.json()).toEqual({ error: "internal error" });
+    expect((await fetch(`${base}healthz`)).status).toBe(200);
+  });
+
+  it("a web chat that is disabled serves no page, while /healthz still answers", async () => {
+    h = await startHarness({ config: { channels: { webchat: { enabled: false } } } });
+    const base = h.url.replace("ws://", "http://");
+    expect((await fetch(base)).status).toBe(404);
+    expect((await fetch(`${base}webchat.js`)).status).toBe(404);
+    expect(await (await fetch(`${base}healthz`)).json()).toMatchObject({ ok: true });
+  });
+});
+
+describe("gateway client", () => {
+  it("a request still waiting when the gateway closes the connection is rejected, not left hanging", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    const rejected = expect(c.request("agent.wait", { runId: "never-started", timeoutMs: 600_000 })).rejects.toThrow(/gateway closed \(1012/);
+    const stopping = h;
+    h = undefined;
+    await stopping.stop();
+    await rejected;
+  });
+});
+
+describe("gateway sessions methods", () => {
+  it("sessions.list includes the global session unless includeGlobal is false, and the unknown one only with includeUnknown", async () => {
+    h = await startHarness({ config: { session: { scope: "global" } } });
+    await h.app.sessions.upsert("global", "main");
+    await h.app.sessions.upsert("unknown", "main");
+    await h.app.sessions.upsert("agent:main:telegram:group:-1", "main");
+    const c = await h.client();
+    const keys = async (params: Record<string, unknown>) => (await c.request("sessions.list", params)).sessions.map((s: any) => s.key).sort();
+    // The global bucket's row shows it under the key operators use for it: main.
+    expect(await keys({})).toEqual(["agent:main:telegram:group:-1", "main"]);
+    expect(await keys({ includeGlobal: false })).toEqual(["agent:main:telegram:group:-1"]);
+    expect(await keys({ includeUnknown: true })).toEqual(["agent:main:telegram:group:-1", "main", "unknown"]);
+  });
+
+  it("sessions.list returns up to limit rows past a few hundred, and 200 without a limit", async () => {
+    h = await startHarness();
+    for (let i = 0; i < 205; i++) await h.app.sessions.upsert(`agent:main:telegram:group:-${i + 1}`, "main");
+    const c = await h.client();
+    expect((await c.request("sessions.list", {})).count).toBe(200);
+    expect((await c.request("sessions.list", { limit: 205 })).count).toBe(205);
+    expect((await c.request("sessions.list", { limit: 150 })).count).toBe(150);
+  });
+
+  it("sessions.list spawnedBy takes the parent's short form (main) like the full key", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "agent:main:subagent:kid", spawnedBy: "agent:main:main" });
+    await c.request("sessions.patch", { key: "agent:main:telegram:group:-1" });
+    expect((await c.request("sessions.list", { spawnedBy: "main" })).sessions.map((s: any) => s.key)).toEqual(["agent:main:subagent:kid"]);
+  });
+
+  it("sessions.resolve: none or several of key/sessionId/label is INVALID_REQUEST; an unknown key or label is NOT_FOUND", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "main", label: "home" });
+    await expect(c.request("sessions.resolve", {})).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "Either key, sessionId, or label is required" });
+    await expect(c.request("sessions.resolve", { key: "main", label: "home" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "Provide either key, sessionId, or label (not multiple)" });
+    await expect(c.request("sessions.resolve", { key: "agent:main:telegram:group:-404" })).rejects.toMatchObject({ code: "NOT_FOUND", message: "session not found: agent:main:telegram:group:-404" });
+    await expect(c.request("sessions.resolve", { label: "away" })).rejects.toMatchObject({ code: "NOT_FOUND", message: "no session found with label: away" });
+    expect(h.app.sessions.list({}).map((e) => e.key)).toEqual(["agent:main:main"]);
+  });
+
+  it("sessions.resolve by label with agentId picks that agent's session of two sharing the label", async () => {
+    h = await startHarness({ config: { agents: { list: [{ id: "main", default: true }, { id: "ops" }] } } });
+    await h.app.sessions.upsert("agent:main:telegram:group:-1", "main", { label: "shared" });
+    await h.app.sessions.upsert("agent:ops:telegram:group:-1", "ops", { label: "shared" });
+    const c = await h.client();
+    expect(await c.request("sessions.resolve", { label: "shared", agentId: "ops" })).toEqual({ ok: true, key: "agent:ops:telegram:group:-1" });
+  });
+
+  it("sessions.patch refuses a label another session holds, and lets a session set its own label again", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "agent:main:telegram:group:-1", label: "team" });
+    await expect(c.request("sessions.patch", { key: "agent:main:telegram:group:-2", label: "team" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "label already in use: team (agent:main:telegram:group:-1)" });
+    expect(h.app.sessions.get("agent:main:telegram:group:-2")).toBeUndefined();
+    expect(await c.request("sessions.patch", { key: "agent:main:telegram:group:-1", label: "team", thinkingLevel: "high" })).toMatchObject({ ok: true, entry: { label: "team" } });
+  });
+
+  it("sessions.patch refuses a model no configured provider offers, and keeps the session's model", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "main", model: "fake/m" });
+    await expect(c.request("sessions.patch", { key: "main", model: "nope/x" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: expect.stringMatching(/^invalid model "nope\/x"/) });
+    await expect(c.request("sessions.patch", { key: "main", model: "fake/other" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: expect.stringMatching(/^invalid model "fake\/other"/) });
+    expect(h.app.sessions.require("agent:main:main").model).toBe("fake/m");
+  });
+
+  it("sessions.patch spawnedBy: only on a sub-agent key, stored as the full key, and never changed once set", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await expect(c.request("sessions.patch", { key: "agent:main:telegram:group:-1", spawnedBy: "main" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: expect.stringMatching(/^spawnedBy is only for sub-agent sessions/) });
+    expect(h.app.sessions.get("agent:main:telegram:group:-1")).toBeUndefined();
+    await c.request("sessions.patch", { key: "agent:main:subagent:kid", spawnedBy: "main" });
+    expect(h.app.sessions.require("agent:main:subagent:kid").spawnedBy).toBe("agent:main:main");
+    await expect(c.request("sessions.patch", { key: "agent:main:subagent:kid", spawnedBy: "agent:main:telegram:group:-1" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: expect.stringMatching(/^spawnedBy cannot be changed once set/) });
+    expect(h.app.sessions.require("agent:main:subagent:kid").spawnedBy).toBe("agent:main:main");
+  });
+
+  it("sessions.reset and chat.history of a session that does not exist are NOT_FOUND and create nothing", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await expect(c.request("sessions.reset", { key: "agent:main:telegram:group:-404" })).rejects.toMatchObject({ code: "NOT_FOUND", message: "session not found: agent:main:telegram:group:-404" });
+    await expect(c.request("chat.history", { sessionKey: "agent:main:telegram:group:-404" })).rejects.toMatchObject({ code: "NOT_FOUND", message: "session not found: agent:main:telegram:group:-404" });
+    expect(h.app.sessions.size).toBe(0);
+  });
+
+  it("sessions.delete with deleteTranscript false keeps the transcript where it was", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("agent", { message: "hi", idempotencyKey: "keep", sessionKey: "agent:main:telegram:group:-9" }, { expectFinal: true });
+    const file = h.app.sessions.transcriptPath(h.app.sessions.require("agent:main:telegram:group:-9"));
+    expect(await c.request("sessions.delete", { key: "agent:main:telegram:group:-9", deleteTranscript: false })).toMatchObject({ ok: true, deleted: true, archived: [] });
+    expect(h.app.sessions.get("agent:main:telegram:group:-9")).toBeUndefined();
+    expect(existsSync(file)).toBe(true);
+  });
+
+  it("chat.history returns the newest limit messages, and the newest 200 without a limit", async () => {
+    h = await startHarness();
+    const entry = await h.app.sessions.upsert("agent:main:main", "main");
+    const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+    for (let i = 0; i < 205; i++) await h.app.transcripts.appendMessage(ref, { role: "user", content: `m${i}`, timestamp: Date.now() });
+    const c = await h.client();
+    const all = (await c.request("chat.history", { sessionKey: "main" })).messages;
+    expect(all).toHaveLength(200);
+    expect([all[0].content, all[199].content]).toEqual(["m5", "m204"]);
+    expect((await c.request("chat.history", { sessionKey: "main", limit: 2 })).messages.map((m: any) => m.content)).toEqual(["m203", "m204"]);
+  });
+});
+
+describe("gateway chat.send, agent and agent.wait", () => {
+  it("interfaces §3 chat.send whose first attempt failed (UNAVAILABLE) starts the run when retried with the same idempotencyKey", async () => {
+    h = await startHarness();
+    const entry = await h.app.sessions.upsert("agent:main:main", "main");
+    const transcript = h.app.sessions.transcriptPath(entry);
+    // A directory where the transcript goes: storing the user message fails, so no run starts.
+    await mkdir(transcript, { recursive: true });
+    const c = await h.client();
+    await expect(c.request("chat.send", { sessionKey: "main", message: "hey", idempotencyKey: "retry" })).rejects.toMatchObject({ code: "UNAVAILABLE" });
+    expect(h.app.runtime.get("retry")).toBeUndefined();
+    await rmdir(transcript);
+    expect(await c.request("chat.send", { sessionKey: "main", message: "hey", idempotencyKey: "retry" })).toEqual({ runId: "retry", status: "started" });
+    expect(await c.request("agent.wait", { runId: "retry", timeoutMs: 5000 })).toMatchObject({ status: "ok" });
+    expect(h.model.requests).toHaveLength(1);
+  });
+
+  it("interfaces §3 chat.send whose run fails broadcasts a chat event with state error", async () => {
+    h = await startHarness({ responder: () => ({ status: 400, error: "model refused" }) });
+    const c = await h.client();
+    const events: any[] = [];
+    c.on("event", (name, payload) => name === "chat" && events.push(payload));
+    await c.request("chat.send", { sessionKey: "main", message: "hey", idempotencyKey: "boom" });
+    await vi.waitFor(() => expect(events.filter((e) => e.state === "error")).toHaveLength(1), { timeout: 10_000 });
+    expect(events.find((e) => e.state === "error")).toMatchObject({ runId: "boom", sessionKey: "agent:main:main", errorMessage: expect.any(String) });
+  });
+
+  it("agent with an agentId that is not the session key's agent is INVALID_REQUEST and starts nothing", async () => {
+    h = await startHarness({ config: { agents: { list: [{ id: "main", default: true }, { id: "ops" }] } } });
+    const c = await h.client();
+    await expect(c.request("agent", { message: "hi", agentId: "ops", sessionKey: "agent:main:main", idempotencyKey: "mismatch" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: 'agent "ops" does not match session key agent "main"' });
+    expect(h.model.requests).toHaveLength(0);
+    expect(h.app.sessions.size).toBe(0);
+  });
+
+  it("agent's label names a new session but does not rename one that has a label", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("agent", { message: "hi", label: "fresh", sessionKey: "agent:main:telegram:group:-1", idempotencyKey: "l1" }, { expectFinal: true });
+    expect(h.app.sessions.require("agent:main:telegram:group:-1").label).toBe("fresh");
+    await c.request("agent", { message: "hi", label: "other", sessionKey: "agent:main:telegram:group:-1", idempotencyKey: "l2" }, { expectFinal: true });
+    expect(h.app.sessions.require("agent:main:telegram:group:-1").label).toBe("fresh");
+  });
+
+  it("interfaces §3 agent timeout is in seconds: a run held past timeout milliseconds still ends ok", async () => {
+    const g = gate();
+    h = await startHarness({ responder: async () => (await g.opened, { content: "in time" }) });
+    const c = await h.client();
+    const final = c.request("agent", { message: "go", idempotencyKey: "secs", timeout: 60 }, { expectFinal: true });
+    // Ends when its 200 ms are up, with the model still held: long past 60 ms, well within 60 s.
+    expect(await c.request("agent.wait", { runId: "secs", timeoutMs: 200 })).toEqual({ runId: "secs", status: "timeout", startedAt: expect.any(Number) });
+    g.release();
+    expect(await final).toMatchObject({ runId: "secs", status: "ok", result: { reply: "in time" } });
+  });
+
+  it("agent.wait timeoutMs must be a whole number from 0 to 24 h", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    for (const timeoutMs of [-1, 1.5, 24 * 3600_000 + 1]) {
+      await expect(c.request("agent.wait", { runId: "r", timeoutMs }), String(timeoutMs)).rejects.toMatchObject({ code: "INVALID_REQUEST", message: expect.stringMatching(/^invalid agent.wait params: timeoutMs/) });
+    }
+  });
+
+  it("agent delivers its reply to the session's chat only when deliver is set", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ adapters: [telegram] });
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-2", to: "-2", wasMentioned: true, text: "hello group" }));
+    await h.app.router.idle();
+    const c = await h.client();
+    await c.request("agent", { message: "quiet", sessionKey: "agent:main:telegram:group:-2", idempotencyKey: "quiet" }, { expectFinal: true });
+    await c.request("agent", { message: "loud", sessionKey: "agent:main:telegram:group:-2", deliver: true, idempotencyKey: "loud" }, { expectFinal: true });
+    // The chat's deliveries go out in order: "echo: quiet", had it been queued, would come first.
+    await vi.waitFor(() => expect(telegram.textsTo("-2")).toContain("echo: loud"));
+    expect(telegram.textsTo("-2")).toEqual(["echo: hello group", "echo: loud"]);
+  });
+
+  it("R29 node.event into a denied node session fails with 'send blocked by session policy'", async () => {
+    h = await startHarness();
+    const node = await h.client({ role: "node", nodeId: "pi" });
+    const first = await node.request("node.event", { message: "one", idempotencyKey: "n1" }, { expectFinal: true });
+    expect(first).toMatchObject({ status: "ok" });
+    const c = await h.client();
+    const sessionKey = h.app.sessions.list({}).find((e) => e.key.includes("node"))!.key;
+    await c.request("sessions.patch", { key: sessionKey, sendPolicy: "deny" });
+    await expect(node.request("node.event", { message: "two", idempotencyKey: "n2" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "send blocked by session policy" });
+    expect(h.model.requests).toHaveLength(1);
+  });
+});
+
+describe("gateway send", () => {
+  it("interfaces §3 send repeated with the same idempotencyKey delivers once", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ adapters: [telegram] });
+    const c = await h.client();
+    expect(await c.request("send", { channel: "telegram", to: "5", message: "once", idempotencyKey: "dup" })).toMatchObject({ status: "sent" });
+    const b = await h.client();
+    expect(await b.request("send", { channel: "telegram", to: "5", message: "once", idempotencyKey: "dup" })).toMatchObject({ status: "sent" });
+    expect(telegram.textsTo("5")).toEqual(["once"]);
+  });
+
+  it("D2 send with a numeric threadId reaches that topic and obeys the topic session's policy", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ adapters: [telegram] });
+    const topic = { chatType: "group" as const, peerId: "-3", to: "-3", wasMentioned: true };
+    await h.app.router.accept(inbound({ ...topic, threadId: "9", text: "hello topic" }));
+    await h.app.router.accept(inbound({ ...topic, threadId: "10", text: "hello other topic" }));
+    await h.app.router.idle();
+    const denied = h.app.sessions.list({}).find((e) => e.deliveryContext?.threadId === "9")!.key;
+    const c = await h.client();
+    await c.request("sessions.patch", { key: denied, sendPolicy: "deny" });
+    await expect(c.request("send", { channel: "telegram", to: "-3", threadId: 9, message: "to topic 9", idempotencyKey: "t9" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "send blocked by session policy" });
+    expect(await c.request("send", { channel: "telegram", to: "-3", threadId: 10, message: "to topic 10", idempotencyKey: "t10" })).toMatchObject({ status: "sent" });
+    expect(telegram.sent.filter((m) => m.text.startsWith("to topic")).map((m) => [m.text, m.target.threadId])).toEqual([["to topic 10", "10"]]);
+  });
+
+  it("D2 send without a sessionKey takes the policy of the session at that chat through that bot account, not another account's", async () => {
+    const a = new RecordingAdapter("telegram", "a");
+    const b = new RecordingAdapter("telegram", "b");
+    h = await startHarness({ adapters: [a, b] });
+    await h.app.sessions.upsert("agent:main:telegram:group:-7", "main", { sendPolicy: "deny", deliveryContext: { channel: "telegram", to: "-7", accountId: "a" } });
+    const c = await h.client();
+    await expect(c.request("send", { channel: "telegram", accountId: "a", to: "-7", message: "via a", idempotencyKey: "via-a" })).rejects.toMatchObject({ message: "send blocked by session policy" });
+    expect(await c.request("send", { channel: "telegram", accountId: "b", to: "-7", message: "via b", idempotencyKey: "via-b" })).toMatchObject({ status: "sent" });
+    expect([a.textsTo("-7"), b.textsTo("-7")]).toEqual([[], ["via b"]]);
   });
 });

@@ -357,4 +357,14 @@ describe("sub-agent announce", () => {
     const [text] = announcesIn(GROUP_PEER);
     expect(text.split("\n")[0]).toBe("Status: timeout");
   });
+  it("deleting the requester session (sessions.delete) stops the sub-agents it spawned", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent" ? { delayMs: 10_000, content: "never" } : step === "subagent-announce" ? { content: "Result: stopped early" } : undefined);
+    const result = await spawn({ task: "long job" });
+    await vi.waitFor(() => expect(requestsOf("subagent")).toHaveLength(1));
+    const admin = await h!.client();
+    await admin.request("sessions.delete", { key: REQ });
+    await settle(h!);
+    expect(h!.app.runtime.get(result.runId)).toMatchObject({ status: "timeout", error: expect.stringContaining("stopped") });
+  });
 });
