@@ -211,18 +211,24 @@ export class TranscriptStore {
   }
 
   private async doWrite(ref: TranscriptRef, line: TranscriptLine): Promise<void> {
+    const first = !this.checked.has(ref.path);
     let prefix = "";
-    if (!this.checked.has(ref.path)) {
+    if (first) {
       const prepared = await this.prepare(ref);
       prefix = prepared.prefix;
-      this.checked.add(ref.path);
       if (prepared.created) this.tails.set(ref.path, { messages: [], complete: true });
     }
     const handle = await this.handleFor(ref.path);
-    if (this.syncWrites) return this.append(ref.path, handle, line, prefix);
-    const { json, bytes } = encode(line, prefix);
-    for (let off = 0; off < bytes.length; ) off += (await handle.write(bytes, off, bytes.length - off, null)).bytesWritten;
-    this.afterAppend(ref.path, line, json);
+    if (this.syncWrites) {
+      this.append(ref.path, handle, line, prefix);
+    } else {
+      const { json, bytes } = encode(line, prefix);
+      for (let off = 0; off < bytes.length; ) off += (await handle.write(bytes, off, bytes.length - off, null)).bytesWritten;
+      this.afterAppend(ref.path, line, json);
+    }
+    // Only once the header (or the fence) is in the file: a first write that failed leaves the
+    // file to be prepared again, or its header would be lost for good.
+    if (first) this.checked.add(ref.path);
   }
 
   /**

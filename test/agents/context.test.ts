@@ -31,11 +31,34 @@ describe("model context", () => {
     ]);
   });
 
+  it("a run cut short before any tool result (the process died mid-call): its calls become plain text, since the provider refuses calls without results", () => {
+    const out = build([user("q"), call("c"), user("again")]);
+    expect(out.slice(1)).toEqual([
+      { role: "user", content: "q" },
+      { role: "assistant", content: "checking" },
+      { role: "user", content: "again" },
+    ]);
+  });
+
+  it("an assistant turn made only of tool calls is sent with content null, not an empty string", () => {
+    const callOnly: TranscriptMessage = { role: "assistant", content: [{ type: "toolCall", id: "a", name: "sessions_list", arguments: { limit: 2 } }], timestamp: t };
+    expect(build([user("q"), callOnly, result("a")])[2]).toEqual({
+      role: "assistant",
+      content: null,
+      tool_calls: [{ id: "a", type: "function", function: { name: "sessions_list", arguments: '{"limit":2}' } }],
+    });
+  });
+
   it("R20 an inter-session turn gets its provenance prefix once, with every source field", () => {
     const provenance = { kind: "inter_session" as const, sourceSessionKey: "agent:main:telegram:group:-7", sourceChannel: "telegram", sourceTool: "sessions_send" };
     const prefix = "[Inter-session message] sourceSession=agent:main:telegram:group:-7 sourceChannel=telegram sourceTool=sessions_send";
     const out = build([user("status?", provenance), user(`${prefix}\nalready prefixed`, provenance), user("from the user")]);
     expect(out.slice(1).map((m) => m.content)).toEqual([`${prefix}\nstatus?`, `${prefix}\nalready prefixed`, "from the user"]);
+  });
+
+  it("R20 only inter-session turns are marked: system input (cron) and external user input reach the model as written", () => {
+    const out = build([user("weekly report", { kind: "internal_system" }), user("from a hook", { kind: "external_user" })]);
+    expect(out.slice(1).map((m) => m.content)).toEqual(["weekly report", "from a hook"]);
   });
 
   it("R6 under session.scope global the model sees the bucket as main: in the system prompt and as an inter-session source", () => {
@@ -44,6 +67,13 @@ describe("model context", () => {
     expect(out[0].content).toMatch(/\n\nCurrent session: main\.$/);
     expect(out[1].content).toBe("[Inter-session message] sourceSession=main sourceChannel=webchat sourceTool=sessions_send\nfrom the bucket");
     expect(JSON.stringify(out)).not.toContain("global");
+  });
+
+  it("a message the caller still holds unfrozen is converted afresh each time: a change to it shows in the next build", () => {
+    const message = { role: "user" as const, content: "before", timestamp: t };
+    expect(build([message])[1].content).toBe("before");
+    message.content = "after";
+    expect(build([message])[1].content).toBe("after");
   });
 
   it("the system prompt is the agent's own (or the default naming the agent), then the session, then the extra prompt", () => {

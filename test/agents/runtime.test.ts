@@ -61,6 +61,19 @@ describe("agent runtime lanes", () => {
   });
 });
 
+describe("agent runtime context", () => {
+  it("the model sees the session's last 60 transcript messages (its history window), the new message last", async () => {
+    h = await startHarness();
+    const entry = await h.app.sessions.upsert("agent:main:main", "main");
+    const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+    for (let i = 0; i < 70; i++) await h.app.transcripts.appendMessage(ref, { role: "user", content: `old ${i}`, timestamp: i });
+    expect(await h.app.runtime.start({ sessionKey: "agent:main:main", agentId: "main", message: "new" }).done).toMatchObject({ status: "ok" });
+    const [req] = h.model.requests;
+    expect(req.messages[0].role).toBe("system");
+    expect(req.messages.slice(1).map((m) => m.content)).toEqual([...Array.from({ length: 59 }, (_, i) => `old ${i + 11}`), "new"]);
+  });
+});
+
 /** A test tool the model can call; `run` decides what it returns (and when). */
 const tool = (name: string, run: () => Promise<unknown>): AgentTool => ({ name, description: `test tool ${name}`, parameters: { type: "object", properties: {} }, execute: run });
 

@@ -3,7 +3,7 @@ import os from "node:os";
 import path from "node:path";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { TranscriptStore } from "../../src/sessions/transcript.js";
+import { TranscriptStore, type TranscriptMessage } from "../../src/sessions/transcript.js";
 
 const dirs: string[] = [];
 const stores: TranscriptStore[] = [];
@@ -18,6 +18,9 @@ function store(opts?: ConstructorParameters<typeof TranscriptStore>[0]): Transcr
   stores.push(t);
   return t;
 }
+
+const user = (content: string, timestamp = 1): TranscriptMessage => ({ role: "user", content, timestamp });
+const texts = (messages: TranscriptMessage[]) => messages.map((m) => m.role === "user" && m.content);
 
 function ref() {
   const dir = mkdtempSync(path.join(os.tmpdir(), "sb-tr-"));
@@ -46,6 +49,9 @@ describe("transcripts (append-only JSONL)", () => {
     expect(last).toHaveLength(200);
     expect(last[0].content).toMatch(/^m2800 /);
     expect(last[199].content).toMatch(/^m2999 /);
+    // Far more than one 64 KiB block back: the lines cut by block boundaries come back whole too.
+    const most = await t.readMessages(r.path, 2500);
+    expect(most.map((m) => (m.content as string).split(" ")[0])).toEqual(Array.from({ length: 2500 }, (_, i) => `m${i + 500}`));
   });
 
   it("a torn last line (killed mid-write) is skipped and fenced off before the next append", async () => {
@@ -64,11 +70,20 @@ describe("transcripts (append-only JSONL)", () => {
     const r = ref();
     for (let i = 0; i < 10; i++) await t.appendMessage(r, { role: "user", content: `m${i}`, timestamp: i });
     appendFileSync(r.path, '{"type":"message","id":"torn","mess');
-    const texts = (messages: Awaited<ReturnType<TranscriptStore["readMessages"]>>) => messages.map((m) => m.role === "user" && m.content);
     expect(texts(await store().readMessages(r.path, 5))).toEqual(["m5", "m6", "m7", "m8", "m9"]);
     await store().appendMessage(r, { role: "user", content: "m10", timestamp: 10 });
     // The torn line now sits mid-file, among the lines a read of the last five passes over.
     expect(texts(await store().readMessages(r.path, 5))).toEqual(["m6", "m7", "m8", "m9", "m10"]);
+  });
+
+  it("a fresh store appending to a transcript that ended cleanly adds no blank line; a torn tail of one byte is fenced off too", async () => {
+    const r = ref();
+    await store().appendMessage(r, user("one"));
+    await store().appendMessage(r, user("two"));
+    expect(readFileSync(r.path, "utf8").trimEnd().split("\n").map((l) => JSON.parse(l).type)).toEqual(["session", "message", "message"]);
+    appendFileSync(r.path, "{");
+    await store().appendMessage(r, user("three"));
+    expect(texts(await store().readMessages(r.path))).toEqual(["one", "two", "three"]);
   });
 
   it("R11 a transcript file left empty (created, then killed before its first write) gets its session header before the first line", async () => {
@@ -125,6 +140,88 @@ describe("transcripts (append-only JSONL)", () => {
     await append(0.1, 3);
     const contents = (await store().readMessages(r.path)).map((m) => m.role === "user" && m.content);
     expect(contents).toEqual(Array.from({ length: n }, (_, i) => `m${i}`));
+    // The appending store answers from its cached tail, which the asynchronous appends must extend too.
+    expect(texts(await t.readMessages(r.path))).toEqual(contents);
+  });
+
+  it("a read of the last N that finds exactly N is not taken for the whole transcript: a later full read returns every message", async () => {
+    const t = store();
+    const r = ref();
+    for (let i = 0; i < 10; i++) await t.appendMessage(r, user(`m${i}`, i));
+    // A store that did not write the file knows nothing of its length (as after a restart).
+    const fresh = store();
+    expect(texts(await fresh.readMessages(r.path, 5))).toEqual(["m5", "m6", "m7", "m8", "m9"]);
+    expect(texts(await fresh.readMessages(r.path))).toHaveLength(10);
+    expect(texts(await fresh.readMessages(r.path, 8))).toEqual(["m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9"]);
+  });
+
+  it("a read that races appends to the same file leaves no stale tail behind: the next read of the same store has every appended message", async () => {
+    const r = ref();
+    const first = store();
+    for (let i = 0; i < 10; i++) await first.appendMessage(r, user(`m${i}`, i));
+    let n = 10;
+    for (let round = 0; round < 10; round++) {
+      // A store whose only append opened the file: nothing cached, so the read goes to the file
+      // while the appends below take the synchronous path, one per event-loop turn.
+      const t = store();
+      await t.appendMessage(r, user(`m${n++}`));
+      let reading = true;
+      const read = t.readMessages(r.path, 5).finally(() => (reading = false));
+      while (reading) {
+        await t.appendMessage(r, user(`m${n++}`));
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      await read;
+      const last = Array.from({ length: 5 }, (_, i) => `m${n - 5 + i}`);
+      expect(texts(await t.readMessages(r.path, 5)), `round ${round}`).toEqual(last);
+    }
+  });
+
+  it("an append made while earlier appends of the same file are still queued lands after them", async () => {
+    const t = store();
+    const r = ref();
+    // The first append of a file goes through the queue (it opens the file), and so do those issued with it.
+    const queued = ["a", "b", "c"].map((text) => t.appendMessage(r, user(text)));
+    await queued[0];
+    await t.appendMessage(r, user("d"));
+    await Promise.all(queued);
+    expect(texts(await store().readMessages(r.path))).toEqual(["a", "b", "c", "d"]);
+    // Each line names the one written before it as its parent, appends issued together included.
+    const lines = readFileSync(r.path, "utf8").trim().split("\n").map((l) => JSON.parse(l)).slice(1);
+    expect(lines.map((l) => l.parentId)).toEqual([null, ...lines.slice(0, -1).map((l) => l.id)]);
+  });
+
+  it("R11 a first append that fails is refused alone: the file still gets its session header, and the append queued behind it lands", async () => {
+    const t = store();
+    const r = ref();
+    // Tool-call arguments are arbitrary values; one JSON cannot hold stands for any failed write.
+    const bad = t.appendMessage(r, { role: "assistant", content: [{ type: "toolCall", id: "c1", name: "x", arguments: { n: 1n } }], timestamp: 1 });
+    const good = t.appendMessage(r, user("after"));
+    await expect(bad).rejects.toThrow(/BigInt/);
+    await good;
+    await t.flush();
+    const lines = readFileSync(r.path, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.map((l) => l.type)).toEqual(["session", "message"]);
+    expect(texts(await store().readMessages(r.path))).toEqual(["after"]);
+  });
+
+  it("close() leaves the store usable: an append after it reopens the file and lands after the earlier lines", async () => {
+    const t = store();
+    const r = ref();
+    await t.appendMessage(r, user("before"));
+    await t.close();
+    await t.appendMessage(r, user("after"));
+    expect(texts(await t.readMessages(r.path))).toEqual(["before", "after"]);
+    expect(texts(await store().readMessages(r.path))).toEqual(["before", "after"]);
+  });
+
+  it("the cached tail holds what was written, not the caller's object: changing it after the append changes no read", async () => {
+    const t = store();
+    const r = ref();
+    const message = { role: "user" as const, content: "as sent", timestamp: 1 };
+    await t.appendMessage(r, message);
+    message.content = "changed later";
+    expect(texts(await t.readMessages(r.path))).toEqual(["as sent"]);
   });
 
   it("a missing transcript reads as empty", async () => {

@@ -11,7 +11,7 @@ import { CronScheduler } from "../../src/sources/cron.js";
 import { MAX_BODY_BYTES } from "../../src/sources/hooks.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
-import { callViaGateway, features, messagesOf, settle, toolDriver } from "../helpers/tool-driver.js";
+import { call, callViaGateway, features, messagesOf, settle, stepOf, systemOf, toolDriver } from "../helpers/tool-driver.js";
 
 let h: Harness | undefined;
 afterEach(async () => {
@@ -112,9 +112,57 @@ describe("cron", () => {
     scheduler.start();
     scheduler.stop();
     expect(warnings).toEqual([expect.objectContaining({ agentId: "ops", sessionAgent: "main", msg: expect.stringContaining("sessions.delete cron:report to move it") })]);
-    const { done } = await scheduler.fire(h.app.config.cron.jobs[0]);
+    const { done, runId } = await scheduler.fire(h.app.config.cron.jobs[0]);
     await done;
     expect(h.app.sessions.get("cron:report")?.agentId).toBe("main");
+    expect(h.app.runtime.get(runId)).toMatchObject({ sessionKey: "cron:report", agentId: "main" });
+  });
+
+  it("R19 a cron run that messages another session names its session's chat channel as the requester's", async () => {
+    const message = call("sessions_send", { sessionKey: "main", message: "status?", timeoutSeconds: 5 });
+    h = await startHarness({
+      store: "memory",
+      adapters: [new RecordingAdapter("telegram")],
+      responder: toolDriver((_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined)),
+      config: { cron: { jobs: [{ id: "report", schedule: "0 0 1 1 *", message }] } },
+    });
+    await h.app.sessions.upsert("agent:main:main", "main");
+    await h.app.sessions.upsert("cron:report", "main", { deliveryContext: { channel: "telegram", to: "777", accountId: "default" } });
+    await (await features(h).cron.fire(h.app.config.cron.jobs[0])).done;
+    await settle(h);
+    const primary = h.model.requests.find((r) => stepOf(r) === "a2a-message");
+    expect(systemOf(primary!)).toContain("Agent 1 (requester) session: cron:report.\nAgent 1 (requester) channel: telegram.");
+  });
+
+  it("a tick whose run cannot start (the runtime is draining) is logged, not thrown out of the timer", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { cron: { jobs: [{ id: "tick", schedule: "* * * * * *", message: "tick" }] } } });
+    // The daemon's own scheduler is stopped; this one logs where the test can read it.
+    features(h).cron.stop();
+    const errors: Array<{ msg: string; err?: string }> = [];
+    const scheduler = new CronScheduler(h.app, pino({ level: "error" }, { write: (line: string) => void errors.push(JSON.parse(line)) }));
+    await h.app.runtime.drain(0);
+    scheduler.start();
+    try {
+      await vi.waitFor(() => expect(errors).toContainEqual(expect.objectContaining({ msg: "cron job run failed to start", err: expect.stringMatching(/shutting down/) })), { timeout: 3000 });
+    } finally {
+      scheduler.stop();
+    }
+  });
+
+  it("a job's agentId names its agent in any letter case: the job is scheduled, not skipped as unknown, and runs as that agent", async () => {
+    h = await startHarness({
+      store: "memory",
+      responder: toolDriver(),
+      config: { agents: { list: [{ id: "main", default: true }, { id: "ops" }] }, cron: { jobs: [{ id: "report", schedule: "0 0 1 1 *", message: "weekly report", agentId: "Ops" }] } },
+    });
+    const logs: Array<{ msg: string }> = [];
+    const scheduler = new CronScheduler(h.app, pino({ level: "info" }, { write: (line: string) => void logs.push(JSON.parse(line)) }));
+    scheduler.start();
+    scheduler.stop();
+    expect(logs.map((l) => l.msg)).toEqual(["cron job scheduled"]);
+    const { done, runId } = await scheduler.fire(h.app.config.cron.jobs[0]);
+    await done;
+    expect(h.app.runtime.get(runId)).toMatchObject({ sessionKey: "cron:report", agentId: "ops" });
   });
 
   it("stop() ends the schedule: no tick starts a run after it", async () => {
@@ -205,11 +253,44 @@ describe("hooks: POST /hooks/agent", () => {
     expect(telegram.sent).toEqual([]);
   });
 
+  it("R4 the Bearer scheme is matched in any letter case, another scheme falls back to x-switchboard-token; hooks without a sessionKey each get a session of their own", async () => {
+    h = await startHarness({ store: "memory", responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
+    const first = await post({ message: "one" }, { authorization: `bearer ${TOKEN}` });
+    const second = await post({ message: "two" }, { authorization: `BEARER ${TOKEN}` });
+    expect([first.status, second.status]).toEqual([202, 202]);
+    const keys = [((await first.json()) as { sessionKey: string }).sessionKey, ((await second.json()) as { sessionKey: string }).sessionKey];
+    expect(new Set(keys).size).toBe(2);
+    // An Authorization header of another scheme (a proxy's Basic auth) leaves x-switchboard-token in charge.
+    expect((await post({ message: "three" }, { authorization: "Basic dXNlcjpwYXNz", "x-switchboard-token": TOKEN })).status).toBe(202);
+  });
+
+  it("deliver: true without channel and to sends the reply to the session's own chat, through the outbox", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ store: "memory", adapters: [telegram], responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
+    await h.app.sessions.upsert("hook:ops", "main", { deliveryContext: { channel: "telegram", to: "555", accountId: "default" } });
+    const res = await post({ message: "to the room", sessionKey: "hook:ops", deliver: true });
+    expect(res.status).toBe(202);
+    await vi.waitFor(() => expect(telegram.textsTo("555")).toEqual(["echo: to the room"]));
+  });
+
+  it("deliver with accountId sends through that account of the channel", async () => {
+    const main = new RecordingAdapter("telegram");
+    const alerts = new RecordingAdapter("telegram", "alerts");
+    h = await startHarness({ store: "memory", adapters: [main, alerts], responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
+    const res = await post({ message: "alert", deliver: true, channel: "telegram", to: "4242", accountId: "alerts" });
+    expect(res.status).toBe(202);
+    await vi.waitFor(() => expect(alerts.textsTo("4242")).toEqual(["echo: alert"]));
+    expect(main.sent).toEqual([]);
+  });
+
   it("401 for a missing or wrong token; 400 naming the problem for a bad body", async () => {
     h = await startHarness({ store: "memory", responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
     expect((await post({ message: "x" }, {})).status).toBe(401);
     expect((await post({ message: "x" }, { authorization: "Bearer wrong-token" })).status).toBe(401);
     expect((await post({ message: "x" }, { "x-switchboard-token": `${TOKEN}x` })).status).toBe(401);
+    // The token is checked before the body is read: a caller without it learns nothing about the body.
+    expect((await post("{not json", {})).status).toBe(401);
+    expect((await post({ message: "x", extra: 1 }, { authorization: "Bearer wrong-token" })).status).toBe(401);
     const cases: Array<[unknown, RegExp]> = [
       ["{not json", /^invalid JSON body/],
       [{}, /message: message required/],
@@ -312,6 +393,14 @@ describe("hooks: POST /hooks/agent", () => {
     const otherAgent = await post({ message: "x", agentId: "main", sessionKey: "hook:deploy" });
     expect(otherAgent.status).toBe(409);
     expect(((await otherAgent.json()) as { error: string }).error).toBe('session "hook:deploy" belongs to agent "ops", not "main"');
+
+    // Neither agentId nor an agent in the key: the session's own agent runs, not the default one.
+    const again = (await (await post({ message: "x", sessionKey: "hook:deploy", wait: true })).json()) as { runId: string };
+    expect(h.app.runtime.get(again.runId)).toMatchObject({ sessionKey: "hook:deploy", agentId: "ops" });
+    // Keys are case-insensitive, the agent: prefix included.
+    const upper = (await (await post({ message: "x", sessionKey: "AGENT:OPS:hook:upper", wait: true })).json()) as { runId: string; sessionKey: string };
+    expect(upper.sessionKey).toBe("hook:upper");
+    expect(h.app.runtime.get(upper.runId)).toMatchObject({ agentId: "ops" });
   });
 
   it("wait: true reports a failed run as status error with its error; the hook's text is recorded as external input", async () => {

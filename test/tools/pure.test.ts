@@ -154,6 +154,14 @@ describe("R21 R22 skip tokens and step prompts", () => {
     expect(announce).toContain("Latest reply: pong-3");
     expect(announce).toContain('reply exactly "ANNOUNCE_SKIP"');
   });
+
+  it("R19 R22 the prompts say who the sender is and when the exchange ends; a reply that never came is named as missing, not left blank", () => {
+    const parties = { requesterKey: "agent:main:main", requesterChannel: "telegram", targetKey: "agent:main:discord:group:x", targetChannel: "discord" };
+    expect(messageContextPrompt(parties)).toContain("sent by another agent session (sessions_send), not by a user of this chat");
+    const announce = announceStepPrompt({ ...parties, request: "ping", roundOneReply: "", latestReply: "" });
+    expect(announce).toContain("Round 1 reply: (not available).\nLatest reply: (not available).");
+    expect(announce.split("\n").at(-1)).toBe("After this reply, the agent-to-agent conversation is over.");
+  });
 });
 
 describe("tool parameter schemas", () => {

@@ -199,6 +199,7 @@ describe("sessions_send: reply-back loop and announce", () => {
     expect(replies.map(sessionOf)).toEqual([REQ, TGT, REQ, TGT, REQ]);
     expect(replies.map(lastUserText)).toEqual(["echo: hello target", "pong-1", "pong-2", "pong-3", "pong-4"]);
     expect(systemOf(replies[0])).toContain("Agent-to-agent reply step:\nCurrent agent: Agent 1 (requester).\nTurn 1 of 5.");
+    expect(systemOf(replies[1])).toContain("Agent-to-agent reply step:\nCurrent agent: Agent 2 (target).\nTurn 2 of 5.");
     expect(systemOf(replies[0])).toContain('If you want to stop the ping-pong, reply exactly "REPLY_SKIP".');
     expect(h!.app.runtime.get(`${result.runId}:reply:2`)).toMatchObject({ sessionKey: TGT, lane: "nested" });
 
