@@ -128,9 +128,19 @@ export class TranscriptStore {
 
   async appendMessage(ref: TranscriptRef, message: TranscriptMessage): Promise<string> {
     const id = randomUUID().slice(0, 8);
-    const line: TranscriptLine = { type: "message", id, parentId: this.lastIds.get(ref.path) ?? null, timestamp: new Date(message.timestamp).toISOString(), message };
+    const parentId = this.lastIds.get(ref.path) ?? null;
+    const line: TranscriptLine = { type: "message", id, parentId, timestamp: new Date(message.timestamp).toISOString(), message };
     this.lastIds.set(ref.path, id);
-    await this.write(ref, line);
+    try {
+      await this.write(ref, line);
+    } catch (err) {
+      // A line that never reached the file is no one's parent (unless a later line already took it).
+      if (this.lastIds.get(ref.path) === id) {
+        if (parentId === null) this.lastIds.delete(ref.path);
+        else this.lastIds.set(ref.path, parentId);
+      }
+      throw err;
+    }
     return id;
   }
 

@@ -70,6 +70,8 @@ export class CronScheduler {
   async fire(job: CronJob): Promise<{ runId: string; sessionKey: string; done: Promise<RunOutcome> }> {
     const { app } = this;
     const sessionKey = cronSessionKey(job.id);
+    // Checked before anything is stored, as hooks do: a tick refused at shutdown leaves no session behind.
+    if (!app.runtime.accepting) throw new Error(`cron job "${job.id}" not run: the daemon is shutting down`);
     const entry = app.sessions.get(sessionKey) ?? (await app.sessions.upsert(sessionKey, this.agentOf(job)));
     const route = deliveryContextOf(entry);
     const runId = `cron-${job.id}-${randomUUID()}`;

@@ -205,6 +205,16 @@ describe("transcripts (append-only JSONL)", () => {
     expect(texts(await store().readMessages(r.path))).toEqual(["after"]);
   });
 
+  it("a message line that failed to be written is no one's parent: the next line links to the last line in the file", async () => {
+    const t = store();
+    const r = ref();
+    const first = await t.appendMessage(r, user("first"));
+    await expect(t.appendMessage(r, { role: "assistant", content: [{ type: "toolCall", id: "c1", name: "x", arguments: { n: 1n } }], timestamp: 2 })).rejects.toThrow(/BigInt/);
+    await t.appendMessage(r, user("third"));
+    const messages = readFileSync(r.path, "utf8").trim().split("\n").map((l) => JSON.parse(l)).filter((l) => l.type === "message");
+    expect(messages.map((l) => [l.message.content, l.parentId])).toEqual([["first", null], ["third", first]]);
+  });
+
   it("close() leaves the store usable: an append after it reopens the file and lands after the earlier lines", async () => {
     const t = store();
     const r = ref();

@@ -134,7 +134,7 @@ describe("cron", () => {
     expect(systemOf(primary!)).toContain("Agent 1 (requester) session: cron:report.\nAgent 1 (requester) channel: telegram.");
   });
 
-  it("a tick whose run cannot start (the runtime is draining) is logged, not thrown out of the timer", async () => {
+  it("a tick whose run cannot start (the runtime is draining) is logged, not thrown out of the timer, and stores no session", async () => {
     h = await startHarness({ store: "memory", responder: toolDriver(), config: { cron: { jobs: [{ id: "tick", schedule: "* * * * * *", message: "tick" }] } } });
     // The daemon's own scheduler is stopped; this one logs where the test can read it.
     features(h).cron.stop();
@@ -147,6 +147,7 @@ describe("cron", () => {
     } finally {
       scheduler.stop();
     }
+    expect(h.app.sessions.get("cron:tick")).toBeUndefined();
   });
 
   it("a job's agentId names its agent in any letter case: the job is scheduled, not skipped as unknown, and runs as that agent", async () => {
