@@ -42,6 +42,14 @@ async function send(args: Record<string, unknown>) {
   return result;
 }
 
+/** The model holds its answer to `held` until the returned release() is called; `others` answers the other steps. */
+function holdStep(held: Step, content: string, others: (step: Step) => ModelReply | undefined): () => void {
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  script = async (_req, step) => (step === held ? released.then(() => ({ content })) : others(step));
+  return release;
+}
+
 const stepRequests = (step: Step) => h!.model.requests.filter((r) => stepOf(r) === step && r.messages.at(-1)?.role !== "tool");
 
 describe("sessions_send: the primary run", () => {
@@ -147,15 +155,7 @@ describe("sessions_send: the primary run", () => {
 
   it("R15 stopping the requester's run ends its wait at once; the target run goes on and completes", async () => {
     await boot();
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => (release = resolve));
-    script = async (_req, step) => {
-      if (step === "a2a-message") {
-        await released;
-        return { content: "finished anyway" };
-      }
-      return step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined;
-    };
+    const release = holdStep("a2a-message", "finished anyway", (step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined));
     await h!.app.router.accept(inbound({ chatType: "group", peerId: "-100req", to: "-100req", wasMentioned: true, text: call("sessions_send", { sessionKey: TGT, message: "long job", timeoutSeconds: 600 }) }));
     await vi.waitFor(() => expect(h!.app.runtime.activeRuns().find((r) => r.sessionKey === TGT)?.status).toBe("running"));
     const requester = h!.app.runtime.activeRuns().find((r) => r.sessionKey === REQ)!;
@@ -240,15 +240,7 @@ describe("sessions_send: reply-back loop and announce", () => {
 
   it(`R21 a reply-back step that never answers is aborted after ${A2A_STEP_TIMEOUT_MS / 1000} s; the loop ends there and the announce step still runs`, async () => {
     await boot();
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => (release = resolve));
-    script = async (_req, step) => {
-      if (step === "a2a-reply") {
-        await released;
-        return { content: "too late" };
-      }
-      return step === "a2a-announce" ? { content: "announce after a silent step" } : undefined;
-    };
+    const release = holdStep("a2a-reply", "too late", (step) => (step === "a2a-announce" ? { content: "announce after a silent step" } : undefined));
     // Only the timers created from here on are fake: the step's own deadline among them.
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"], shouldAdvanceTime: true });
     try {
