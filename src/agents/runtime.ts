@@ -211,7 +211,8 @@ export class AgentRuntime {
     info.status = "running";
     info.startedAt = Date.now();
     this.emit({ phase: "start", runId: info.runId, sessionKey: info.sessionKey });
-    const timeoutMs = req.timeoutMs ?? this.deps.config.agents.defaults.runTimeoutSeconds * 1000;
+    // Past setTimeout's range Node fires after 1 ms: a huge limit (a model's "no limit") would abort at once.
+    const timeoutMs = Math.min(req.timeoutMs ?? this.deps.config.agents.defaults.runTimeoutSeconds * 1000, MAX_TIMER_MS);
     const timer = timeoutMs > 0 ? setTimeout(() => controller.abort(new RunTimeout(timeoutMs)), timeoutMs) : undefined;
     const usage: RunUsage = { input: 0, output: 0 };
     let outcome: RunOutcome;
@@ -327,6 +328,8 @@ const HISTORY_LIMIT = 60;
  * At 50,000 they were 15 MB of a busy daemon's heap, all of it walked by every full collection.
  */
 const MAX_COMPLETIONS = 10_000;
+/** The longest delay setTimeout honours (2^31 − 1 ms, about 24.8 days). */
+const MAX_TIMER_MS = 2_147_483_647;
 
 class RunTimeout extends Error {
   constructor(ms: number) {

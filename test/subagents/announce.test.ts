@@ -20,6 +20,7 @@ describe("R39 announce normalisation: Status from the outcome, then Result and N
     ["nothing at all", { reply: "  ", status: "error", error: "interrupted by restart" }, "Status: error\nResult: (no output)\nNotes: interrupted by restart"],
     ["sections without a result use the fallback", { reply: "Notes: only notes", status: "ok", fallbackResult: "the answer" }, "Status: ok\nResult: the answer\nNotes: only notes"],
     ["an error the notes already name is not repeated", { reply: "Result: partial\nNotes: gave up after HTTP 500", status: "error", error: "HTTP 500" }, "Status: error\nResult: partial\nNotes: gave up after HTTP 500"],
+    ["headers in lower case are sections too", { reply: "result: x\nnotes: y", status: "ok" }, "Status: ok\nResult: x\nNotes: y"],
     ["an ok outcome carries no error note", { reply: "Result: done", status: "ok", error: "stale error" }, "Status: ok\nResult: done\nNotes: none"],
   ];
   it.each(cases)("R39 %s", (_name, input, expected) => {
@@ -42,6 +43,8 @@ describe("R41 stats line", () => {
     [151_000, "2m31s"],
     [3_600_000, "1h0m"],
     [3_900_000, "1h5m"],
+    [86_399_000, "23h59m"],
+    [86_400_000, "1d0h"],
     [183_600_000, "2d3h"],
   ])("formatDuration(%i) = %s", (ms, text) => expect(formatDuration(ms)).toBe(text));
 
@@ -86,6 +89,9 @@ describe("R34 R35 sub-agent tool policy", () => {
     ["exec_tool", { allow: ["other_tool"], deny: [] }, false],
     ["sessions_history", { allow: ["sessions_history"], deny: [] }, true],
     ["sessions_history", { allow: ["sessions_*"], deny: ["sessions_history"] }, false],
+    ["sessions_list", { allow: ["sessions_*"], deny: [] }, true],
+    ["exec_tool", { allow: ["*"], deny: [] }, true],
+    ["exec_tool", { allow: [], deny: ["exec_*"] }, false],
     ["sessions_spawn", { allow: ["*"], deny: [] }, false],
     ["sessions_spawn", { allow: ["sessions_spawn"], deny: [] }, false],
   ];
@@ -138,5 +144,7 @@ describe("sub-agent prompts", () => {
     expect(announce).toContain('reply exactly "ANNOUNCE_SKIP"');
     expect(announce).toContain("timed out (run timed out after 1 s)");
     expect(announce).toContain("Your final reply: 41 so far\n");
+    expect(subagentAnnouncePrompt({ ...base, status: "error", error: "HTTP 500" })).toContain("Your task run has ended: failed (HTTP 500).");
+    expect(subagentAnnouncePrompt({ ...base, status: "ok" })).toContain("Your task run has ended: completed.");
   });
 });

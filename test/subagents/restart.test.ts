@@ -103,6 +103,22 @@ it("R37 a finished run whose announce did not complete announces once after a re
   expect(c.h.app.outbox.get(`subagent-announce:${result.runId}`)).toMatchObject({ state: "sent", text: expect.stringContaining("Result: found it\n") });
 });
 
+it("R37 R39 a sub-agent run that completes while the daemon drains keeps its ok outcome: the next daemon announces it as ok, not as interrupted", async () => {
+  stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-restart-"));
+  const a = await daemon((_req, step) => (step === "subagent" ? { delayMs: 400, content: "finished while stopping" } : undefined));
+  const { result } = await callViaTelegram(a.h, { peerId: GROUP_PEER }, "sessions_spawn", { task: "quick job" });
+  await vi.waitFor(() => expect(a.h.model.requests.filter((r) => stepOf(r) === "subagent")).toHaveLength(1));
+  // A clean stop: its drain window lets the run finish; no announce step can start any more.
+  await stopKeeping(a.h);
+  expect(a.announces()).toEqual([]);
+
+  const b = await daemon((_req, step) => (step === "subagent-announce" ? { content: "Notes: none" } : undefined));
+  await settle(b.h);
+  expect(b.announces()).toHaveLength(1);
+  expect(b.announces()[0].split("\n").slice(0, 3)).toEqual(["Status: ok", "Result: finished while stopping", "Notes: none"]);
+  expect(features(b.h).subagents.get(result.runId)).toMatchObject({ outcome: { status: "ok", reply: "finished while stopping" } });
+});
+
 it("R37 a delete-mode run announced just before the process died is cleaned up by the next daemon: child deleted, record dropped", async () => {
   stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-restart-"));
   const a = await daemon((_req, step) => (step === "subagent-announce" ? { content: "Result: done" } : undefined));
@@ -147,4 +163,7 @@ it("R40 archive times survive a restart: children whose time came while the daem
   expect(features(b.h).subagents.get(dueArchived.runId)).toBeUndefined();
   expect(b.h.app.sessions.require(later.childSessionKey).archivedAt).toBeUndefined();
   expect(features(b.h).subagents.get(later.runId)).toMatchObject({ archiveAt: expect.any(Number), announcedAt: expect.any(Number) });
+  // R38 an ANNOUNCE_SKIP counts as announced: the next daemon does not ask again, nor post.
+  expect(b.h.model.requests).toHaveLength(0);
+  expect(b.announces()).toEqual([]);
 });

@@ -2,13 +2,14 @@
  * sessions_spawn and the sub-agent announce end to end (R31–R41, /stop): spawned from a Telegram
  * group, the child runs in its own session; its announce lands in that group through the outbox.
  */
+import { randomUUID } from "node:crypto";
 import { existsSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { formatDuration } from "../../src/agents/subagents/announce.js";
 import type { ConfigInput } from "../../src/config/schema.js";
 import type { AgentTool } from "../../src/tools/types.js";
-import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
+import { FakeModelServer, type ModelReply, type ModelRequest } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 import { call, callViaGateway, callViaTelegram, features, lastToolResult, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
@@ -19,13 +20,25 @@ const OWNER = "1001";
 
 let h: Harness | undefined;
 let telegram: RecordingAdapter;
-let script: ((req: ModelRequest, step: Step) => ModelReply | undefined) | undefined;
+let script: ((req: ModelRequest, step: Step) => ModelReply | undefined | Promise<ModelReply | undefined>) | undefined;
+let bigModel: FakeModelServer | undefined;
 
 afterEach(async () => {
   await h?.stop();
   h = undefined;
   script = undefined;
+  await bigModel?.stop();
+  bigModel = undefined;
 });
+
+/**
+ * A second provider, "big/m", ten times dearer than fake/m and answering from the same script:
+ * which server a request reaches tells which model a run used.
+ */
+async function bigProvider(): Promise<NonNullable<ConfigInput["models"]>> {
+  bigModel = new FakeModelServer(toolDriver((req, step) => script?.(req, step)));
+  return { providers: { big: { baseUrl: await bigModel.start(), models: [{ id: "m", cost: { input: 10, output: 20 } }] } } };
+}
 
 /** A plain tool from another source: sub-agents keep it (R34). */
 const echoTool: AgentTool = {
@@ -122,6 +135,13 @@ describe("sessions_spawn", () => {
     await settle(h!);
   });
 
+  it("R31 agentId is normalised like every agent id: \"Research Team\" names research-team", async () => {
+    await boot({ agents: { list: [{ id: "main", default: true, subagents: { allowAgents: ["research-team"] } }, { id: "research-team" }] } });
+    script = (_req, step) => (step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    expect(await spawn({ task: "t", agentId: "Research Team" })).toMatchObject({ status: "accepted", childSessionKey: expect.stringMatching(/^agent:research-team:subagent:/) });
+    await settle(h!);
+  });
+
   it("R32 agents_list names the allowed agent ids, requester first", async () => {
     await boot();
     expect(await callViaGateway(h!, "main", "agents_list")).toEqual({
@@ -154,6 +174,43 @@ describe("sessions_spawn", () => {
     expect(result).toMatchObject({ status: "accepted", model: "fake/m" });
     await settle(h!);
     expect(h!.app.sessions.get(result.childSessionKey)).toMatchObject({ model: "fake/m" });
+  });
+
+  it("model: the model parameter beats the target agent's subagents.model, which beats agents.defaults.subagents.model", async () => {
+    const models = await bigProvider();
+    await boot({ models, agents: { defaults: { subagents: { model: "big/m" } }, list: AGENTS.list.map((a) => (a.id === "beta" ? { ...a, subagents: { model: "fake/m" } } : a)) } });
+    script = (_req, step) => (step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    expect(await spawn({ task: "t" })).toMatchObject({ status: "accepted", model: "big/m" });
+    // The agent's own setting is found whatever spelling of its id the model used.
+    expect(await spawn({ task: "t", agentId: "Beta" })).toMatchObject({ status: "accepted", model: "fake/m" });
+    expect(await spawn({ task: "t", agentId: "beta", model: "big/m" })).toMatchObject({ status: "accepted", model: "big/m" });
+    await settle(h!);
+  });
+
+  it("runTimeoutSeconds 0 sets no limit of its own: the child stays under agents.defaults.runTimeoutSeconds", async () => {
+    await boot({ agents: { ...AGENTS, defaults: { runTimeoutSeconds: 1 } } });
+    script = (_req, step) => (step === "subagent" ? { delayMs: 5000, content: "too late" } : step === "subagent-announce" ? { content: "Result: cut off" } : undefined);
+    const result = await spawn({ task: "slow", runTimeoutSeconds: 0 });
+    await settle(h!);
+    expect(h!.app.runtime.get(result.runId)).toMatchObject({ status: "timeout", error: expect.stringContaining("timed out after") });
+  });
+
+  it("a runTimeoutSeconds past the timer range (a model's \"no limit\") does not abort the child at once", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent" ? { delayMs: 200, content: "finished" } : step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    const result = await spawn({ task: "t", runTimeoutSeconds: 99_999_999 });
+    await settle(h!);
+    expect(h!.app.runtime.get(result.runId)).toMatchObject({ status: "ok", reply: "finished" });
+  });
+
+  it("agents.defaults.subagents.maxConcurrent bounds the sub-agent lane: with 1, the second child starts only once the first has ended", async () => {
+    await boot({ agents: { ...AGENTS, defaults: { maxConcurrent: 4, subagents: { maxConcurrent: 1 } } } });
+    script = (_req, step) => (step === "subagent" ? { delayMs: 300, content: "done" } : step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    const first = await spawn({ task: "first" });
+    const second = await spawn({ task: "second" });
+    await settle(h!);
+    const [a, b] = [h!.app.runtime.get(first.runId)!, h!.app.runtime.get(second.runId)!];
+    expect(b.startedAt!).toBeGreaterThanOrEqual(a.endedAt!);
   });
 
   it("a label already taken — even by an archived session — becomes the child's displayName, so a label names one session", async () => {
@@ -215,6 +272,20 @@ describe("sub-agent announce", () => {
     expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toMatchObject({ sessionKey: REQ, state: "sent" });
   });
 
+  it("R37 spawned from the web chat into a Telegram group's session, the announce goes to the web chat, not to the group", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: "Result: for the operator" } : undefined);
+    await h!.app.router.accept(inbound({ chatType: "group", peerId: GROUP_PEER, to: GROUP_PEER, wasMentioned: true, text: "hello" }));
+    await h!.app.router.idle();
+    const admin = await h!.client();
+    const { runId } = await admin.request("chat.send", { sessionKey: REQ, message: call("sessions_spawn", { task: "t" }), idempotencyKey: randomUUID() });
+    await vi.waitFor(() => expect(h!.app.runtime.get(runId)?.status).toBe("ok"));
+    const result = await lastToolResult(h!.app, REQ);
+    await settle(h!);
+    expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toMatchObject({ sessionKey: REQ, target: { channel: "webchat" }, text: expect.stringContaining("Result: for the operator") });
+    expect(announcesIn(GROUP_PEER)).toEqual([]);
+  });
+
   it("R37 a requester with no chat route gets no announce: nothing is queued, and the run still counts as announced so no restart retries it", async () => {
     await boot();
     script = (_req, step) => (step === "subagent-announce" ? { content: "Result: nobody to tell" } : undefined);
@@ -237,6 +308,18 @@ describe("sub-agent announce", () => {
     expect(text).toContain(`Stats: runtime ${formatDuration(info.endedAt! - info.startedAt!)} •`);
   });
 
+  it("R41 with a model override the announce step runs on that model too, and the stats cost is at that model's prices", async () => {
+    const models = await bigProvider();
+    await boot({ models });
+    script = (_req, step) => (step === "subagent" ? { content: "42", usage: { prompt_tokens: 1000, completion_tokens: 500 } } : step === "subagent-announce" ? { content: "Result: 42" } : undefined);
+    await spawn({ task: "t", model: "big/m" });
+    await settle(h!);
+    expect(bigModel!.requests.map(stepOf)).toEqual(["subagent", "subagent-announce"]);
+    expect(h!.model.requests.map(stepOf)).toEqual(["plain", "plain"]);
+    // 1000 in × $10 + 500 out × $20 per million tokens; at fake/m's prices it would be $0.0020.
+    expect(announcesIn(GROUP_PEER)[0].split("\n")[3]).toContain(" • est $0.02 • ");
+  });
+
   it("R40 archiveAfterMinutes 0 never archives: the child stays listed and its record is dropped after the announce", async () => {
     await boot({ agents: { ...AGENTS, defaults: { subagents: { archiveAfterMinutes: 0 } } } });
     script = (_req, step) => (step === "subagent-announce" ? { content: "Result: done" } : undefined);
@@ -245,6 +328,24 @@ describe("sub-agent announce", () => {
     expect(announcesIn(GROUP_PEER)).toHaveLength(1);
     expect(features(h!).subagents.get(result.runId)).toBeUndefined();
     expect(h!.app.sessions.require(result.childSessionKey).archivedAt).toBeUndefined();
+  });
+
+  it("R40 a child is not archived while its announce step is still running, even once its archive time has come", async () => {
+    await boot({ agents: { ...AGENTS, defaults: { subagents: { archiveAfterMinutes: 0.002 } } } }); // 120 ms
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    script = (req, step) => (step !== "subagent-announce" ? undefined : systemOf(req).includes("Task: slow announce") ? released.then(() => ({ content: "Result: late" })) : { content: "Result: quick" });
+    // The slow one ends first, so its archive time is due by the time the quick one's sweep runs.
+    const slow = await spawn({ task: "slow announce" });
+    await vi.waitFor(() => expect(h!.app.runtime.get(slow.runId)?.status).toBe("ok"));
+    const quick = await spawn({ task: "quick announce" });
+    await vi.waitFor(() => expect(h!.app.sessions.require(quick.childSessionKey).archivedAt).toBeDefined(), { timeout: 5000 });
+    expect(h!.app.sessions.require(slow.childSessionKey).archivedAt).toBeUndefined();
+    expect(features(h!).subagents.get(slow.runId)).toMatchObject({ outcome: { status: "ok" } });
+    release();
+    await settle(h!);
+    expect(announcesIn(GROUP_PEER).map((t) => t.split("\n")[1])).toEqual(["Result: quick", "Result: late"]);
+    await vi.waitFor(() => expect(h!.app.sessions.require(slow.childSessionKey).archivedAt).toBeDefined());
   });
 
   it("R39 a failed run announces Status: error whatever the model says", async () => {
@@ -277,7 +378,7 @@ describe("sub-agent announce", () => {
   });
 
   // Only the exact token is the opt-out: a reply that merely mentions it, or a different case, is an announce.
-  it.each(["Result: done (no need for ANNOUNCE_SKIP)", "announce_skip"])("R38 a reply that is not exactly ANNOUNCE_SKIP is posted: %j", async (reply) => {
+  it.each(["Result: done (no need for ANNOUNCE_SKIP)", "announce_skip", "ANNOUNCE_SKIP is not right here: Result: found it"])("R38 a reply that is not exactly ANNOUNCE_SKIP is posted: %j", async (reply) => {
     await boot();
     script = (_req, step) => (step === "subagent-announce" ? { content: reply } : undefined);
     const result = await spawn({ task: "loud work" });
@@ -345,6 +446,19 @@ describe("sub-agent announce", () => {
     expect(text.split("\n").slice(0, 3)).toEqual(["Status: timeout", "Result: (no output)", "Notes: run aborted: session deleted"]);
   });
 
+  it("cleanup delete of a child already deleted by sessions.delete: the announce comes and the record is dropped", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent" ? { delayMs: 10_000, content: "never" } : undefined);
+    const result = await spawn({ task: "long job", cleanup: "delete" });
+    await vi.waitFor(() => expect(requestsOf("subagent")).toHaveLength(1));
+    const admin = await h!.client();
+    await admin.request("sessions.delete", { key: result.childSessionKey });
+    await settle(h!);
+    expect(announcesIn(GROUP_PEER)).toHaveLength(1);
+    expect(features(h!).subagents.get(result.runId)).toBeUndefined();
+    expect(h!.app.sessions.get(result.childSessionKey)).toBeUndefined();
+  });
+
   it("/stop in the requester chat aborts its run and the sub-agents it spawned", async () => {
     await boot();
     script = (_req, step) => (step === "subagent" ? { delayMs: 10_000, content: "never" } : step === "subagent-announce" ? { content: "Result: stopped early" } : undefined);
@@ -357,6 +471,32 @@ describe("sub-agent announce", () => {
     const [text] = announcesIn(GROUP_PEER);
     expect(text.split("\n")[0]).toBe("Status: timeout");
   });
+
+  it("/stop stops only the sub-agents its own session spawned: children of a forum topic of the same group keep running", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent" ? { delayMs: 10_000, content: "never" } : step === "subagent-announce" ? { content: "Result: stopped early" } : undefined);
+    const inTopic = await spawn({ task: "long job" }, { threadId: "9" });
+    await vi.waitFor(() => expect(requestsOf("subagent")).toHaveLength(1));
+    const stop = (threadId?: string) => h!.app.router.accept(inbound({ chatType: "group", peerId: GROUP_PEER, to: GROUP_PEER, senderId: OWNER, wasMentioned: true, text: "/stop", ...(threadId ? { threadId } : {}) }));
+    await stop();
+    await vi.waitFor(() => expect(telegram.textsTo(GROUP_PEER)).toContain("⚙️ Stopped 0 run(s)."));
+    expect(h!.app.runtime.get(inTopic.runId)?.status).toBe("running");
+    await stop("9");
+    await vi.waitFor(() => expect(telegram.textsTo(GROUP_PEER)).toContain("⚙️ Stopped 0 run(s) and 1 sub-agent run(s)."));
+    await settle(h!);
+    expect(h!.app.runtime.get(inTopic.runId)).toMatchObject({ status: "timeout", error: expect.stringContaining("stopped by /stop") });
+  });
+
+  it("/stop counts only sub-agents still running: a finished child, its record kept until the archive, is not reported stopped", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    const result = await spawn({ task: "quick job" });
+    await settle(h!);
+    expect(features(h!).subagents.get(result.runId)).toMatchObject({ outcome: { status: "ok" } });
+    await h!.app.router.accept(inbound({ chatType: "group", peerId: GROUP_PEER, to: GROUP_PEER, senderId: OWNER, wasMentioned: true, text: "/stop" }));
+    await vi.waitFor(() => expect(telegram.textsTo(GROUP_PEER)).toContain("⚙️ Stopped 0 run(s)."));
+  });
+
   it("deleting the requester session (sessions.delete) stops the sub-agents it spawned", async () => {
     await boot();
     script = (_req, step) => (step === "subagent" ? { delayMs: 10_000, content: "never" } : step === "subagent-announce" ? { content: "Result: stopped early" } : undefined);

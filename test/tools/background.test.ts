@@ -22,6 +22,15 @@ describe("BackgroundTasks", () => {
     expect(done).toEqual(["first", "second"]);
   });
 
+  it("idle(timeoutMs) gives up at its deadline: work that never ends cannot hold a shutdown forever", async () => {
+    const background = new BackgroundTasks(pino({ level: "silent" }));
+    let ended = false;
+    background.run("stuck announce", {}, () => new Promise<void>(() => undefined).finally(() => (ended = true)));
+    // A deadline-blind idle() never returns here, and the test times out.
+    await background.idle(50);
+    expect(ended).toBe(false);
+  });
+
   it("a failure is logged with its context, not thrown; idle() still resolves", async () => {
     const lines: Array<Record<string, unknown>> = [];
     const log = pino({ level: "warn" }, { write: (line: string) => void lines.push(JSON.parse(line)) });
