@@ -7,6 +7,7 @@ import { existsSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { formatDuration } from "../../src/agents/subagents/announce.js";
+import { ANNOUNCE_STEP_TIMEOUT_MS } from "../../src/agents/subagents/registry.js";
 import type { ConfigInput } from "../../src/config/schema.js";
 import type { AgentTool } from "../../src/tools/types.js";
 import { FakeModelServer, type ModelReply, type ModelRequest } from "../fakes/model-server.js";
@@ -495,6 +496,30 @@ describe("sub-agent announce", () => {
     expect(features(h!).subagents.get(result.runId)).toMatchObject({ outcome: { status: "ok" } });
     await h!.app.router.accept(inbound({ chatType: "group", peerId: GROUP_PEER, to: GROUP_PEER, senderId: OWNER, wasMentioned: true, text: "/stop" }));
     await vi.waitFor(() => expect(telegram.textsTo(GROUP_PEER)).toContain("⚙️ Stopped 0 run(s)."));
+  });
+
+  it(`R38 an announce step that never answers is aborted after ${ANNOUNCE_STEP_TIMEOUT_MS / 1000} s; the announce is posted from the child's own outcome`, async () => {
+    await boot();
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    script = (_req, step) => (step === "subagent" ? { content: "the child's answer" } : step === "subagent-announce" ? released.then(() => ({ content: "too late" })) : undefined);
+    // Only the timers created from here on are fake: the announce step's own deadline among them.
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"], shouldAdvanceTime: true });
+    try {
+      const result = await spawn({ task: "answer" });
+      const stepId = `${result.runId}:announce`;
+      await vi.waitFor(() => expect(h!.app.runtime.get(stepId)?.status).toBe("running"));
+      await vi.advanceTimersByTimeAsync(ANNOUNCE_STEP_TIMEOUT_MS - 1000);
+      expect(h!.app.runtime.get(stepId)?.status).toBe("running");
+      await vi.advanceTimersByTimeAsync(2000);
+      await vi.waitFor(() => expect(announcesIn(GROUP_PEER)).toHaveLength(1));
+      expect(h!.app.runtime.get(stepId)).toMatchObject({ status: "timeout" });
+      expect(announcesIn(GROUP_PEER)[0].split("\n").slice(0, 2)).toEqual(["Status: ok", "Result: the child's answer"]);
+    } finally {
+      vi.useRealTimers();
+      release();
+    }
+    await settle(h!);
   });
 
   it("deleting the requester session (sessions.delete) stops the sub-agents it spawned", async () => {

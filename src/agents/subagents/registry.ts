@@ -24,7 +24,7 @@ import { formatStatsLine, normalizeAnnounce, type SubagentStatus } from "./annou
 import { SUBAGENT_ANNOUNCE_MESSAGE, SUBAGENT_ANNOUNCE_SKIP, subagentAnnouncePrompt } from "./prompts.js";
 
 /** An announce step may take this long; then the announce goes out with what is known. */
-const ANNOUNCE_STEP_TIMEOUT_MS = 120_000;
+export const ANNOUNCE_STEP_TIMEOUT_MS = 120_000;
 /** The archive sweeper never sleeps longer than this (setTimeout's range is ~24 days). */
 const MAX_SWEEP_DELAY_MS = 3600_000;
 
