@@ -3,17 +3,17 @@ import { describe, expect, it } from "vitest";
 import { ModelRegistry } from "../../src/agents/models/registry.js";
 import { parseConfig } from "../../src/config/load.js";
 
-const registry = () =>
+const registry = (env: NodeJS.ProcessEnv = {}, defaults: { model?: string } = { model: "fake/m" }) =>
   new ModelRegistry(
     parseConfig(
       {
-        models: { providers: { fake: { baseUrl: "http://127.0.0.1:9/v1", models: [{ id: "m" }, { id: "big" }] } } },
-        agents: { defaults: { model: "fake/m" }, list: [{ id: "main", default: true }, { id: "heavy", model: "fake/big" }] },
+        models: { providers: { fake: { baseUrl: "http://127.0.0.1:9/v1", models: [{ id: "m" }, { id: "big", cost: { input: 3, output: 15 } }] } } },
+        agents: { defaults, list: [{ id: "main", default: true }, { id: "heavy", model: "fake/big" }] },
       },
       "<test>",
       {},
     ),
-    {},
+    env,
   );
 
 describe("model registry", () => {
@@ -28,5 +28,24 @@ describe("model registry", () => {
     expect(() => models.resolve("fake/")).toThrow('invalid model "fake/": use "<provider>/<model>" with a configured provider (configured: fake)');
     expect(() => models.resolve("other/m")).toThrow("(configured: fake)");
     expect(models.resolve("fake/big")).toMatchObject({ ref: "fake/big", model: "big" });
+  });
+
+  it("without agents.defaults.model an agent uses the first model of the first configured provider", () => {
+    expect(registry({}, {}).defaultRef("main")).toBe("fake/m");
+  });
+
+  it("a resolved model carries its declared price, which sub-agent announces estimate their cost from", () => {
+    expect(registry().resolve("fake/big").cost).toEqual({ input: 3, output: 15 });
+    expect(registry().resolve("fake/m").cost).toBeUndefined();
+  });
+
+  it("a bare model name resolves against the only configured provider", () => {
+    expect(registry().resolve("big")).toMatchObject({ ref: "fake/big", model: "big" });
+  });
+
+  it("OPENAI_BASE_URL adds no provider beside configured ones: the config's providers are the only ones", () => {
+    const models = registry({ OPENAI_BASE_URL: "http://127.0.0.1:9/v1", OPENAI_API_KEY: "sk-env-key-123456" });
+    expect(() => models.resolve("env/gpt")).toThrow("(configured: fake)");
+    expect(models.resolve("big")).toMatchObject({ ref: "fake/big" });
   });
 });

@@ -1,6 +1,6 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import type { AgentTool } from "../../src/tools/types.js";
-import { echoLastUser, type ModelRequest } from "../fakes/model-server.js";
+import { echoLastUser, FakeModelServer, type ModelRequest } from "../fakes/model-server.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
 import { messagesOf } from "../helpers/tool-driver.js";
 
@@ -15,18 +15,22 @@ const lastUserText = (req: ModelRequest): string => {
   return typeof m?.content === "string" ? m.content : JSON.stringify(m?.content);
 };
 
-/** A harness whose model holds its answer to the message "first" until `release()`. */
-async function holdingFirst(): Promise<{ harness: Harness; release: () => void }> {
-  let release!: () => void;
-  const gate = new Promise<void>((r) => (release = r));
+/** A harness whose model holds its answer to each of `texts` (default "first") until `release(text)`. */
+async function holding(...texts: string[]): Promise<{ harness: Harness; release: (text?: string) => void }> {
+  const opens = new Map<string, () => void>();
+  const gates = new Map(texts.map((t) => [t, new Promise<void>((r) => opens.set(t, r))]));
   const harness = await startHarness({
     responder: async (req, i) => {
-      if (lastUserText(req) === "first") await gate;
+      await gates.get(lastUserText(req));
       return echoLastUser(req, i);
     },
   });
-  return { harness, release };
+  return { harness, release: (text = texts[0]) => opens.get(text)?.() };
 }
+
+const holdingFirst = () => holding("first");
+
+const MAIN = "agent:main:main";
 
 describe("agent runtime lanes", () => {
   it("DESIGN one lane per session: a second run of the same key starts only after the first ended; another key runs meanwhile", async () => {
@@ -59,6 +63,76 @@ describe("agent runtime lanes", () => {
     const secondReq = h.model.requests.find((r) => lastUserText(r) === "second")!;
     expect(secondReq.messages.some((m) => m.role === "assistant" && JSON.stringify(m.content).includes("echo: first"))).toBe(true);
   });
+
+  it("DESIGN one lane per session: a run started while the session's second run is in flight waits for that one too", async () => {
+    const held = await holding("first", "second");
+    h = held.harness;
+    const rt = h.app.runtime;
+    const first = rt.start({ sessionKey: MAIN, agentId: "main", message: "first" });
+    const second = rt.start({ sessionKey: MAIN, agentId: "main", message: "second" });
+    try {
+      held.release("first");
+      await first.done;
+      await h.model.waitForRequests(2);
+      // The first run's end must not free the lane the second run now holds.
+      const third = rt.start({ sessionKey: MAIN, agentId: "main", message: "third" });
+      expect(await rt.start({ sessionKey: "agent:main:telegram:group:-7", agentId: "main", message: "other" }).done).toMatchObject({ status: "ok" });
+      expect(third.info.status).toBe("queued");
+      expect(h.model.requests.map(lastUserText)).not.toContain("third");
+      held.release("second");
+      expect(await third.done).toMatchObject({ status: "ok", reply: "echo: third" });
+      expect(third.info.startedAt).toBeGreaterThanOrEqual(second.info.endedAt!);
+    } finally {
+      held.release("second");
+    }
+  });
+
+  it("/stop (abortSession) aborts the runs of its own session only; another chat's run goes on", async () => {
+    const held = await holding("first", "other");
+    h = held.harness;
+    const rt = h.app.runtime;
+    const mine = rt.start({ sessionKey: MAIN, agentId: "main", message: "first" });
+    const queued = rt.start({ sessionKey: MAIN, agentId: "main", message: "queued" });
+    const theirs = rt.start({ sessionKey: "agent:main:telegram:group:-7", agentId: "main", message: "other" });
+    await h.model.waitForRequests(2);
+    expect(rt.abortSession(MAIN).sort()).toEqual([mine.runId, queued.runId].sort());
+    held.release("first");
+    held.release("other");
+    expect(await mine.done).toMatchObject({ status: "timeout", error: "run aborted: aborted by /stop" });
+    expect(await queued.done).toMatchObject({ status: "timeout" });
+    expect(await theirs.done).toMatchObject({ status: "ok", reply: "echo: other" });
+    // A finished run is nothing to abort: /stop must not report it as stopped.
+    expect(rt.abort(mine.runId)).toBe(false);
+  });
+
+  it("R18 agent.wait on a run answers when that run ends, not when another run does", async () => {
+    const held = await holdingFirst();
+    h = held.harness;
+    const rt = h.app.runtime;
+    const first = rt.start({ sessionKey: MAIN, agentId: "main", message: "first" });
+    const waited = rt.wait(first.runId, 60_000);
+    try {
+      expect(await rt.start({ sessionKey: "agent:main:telegram:group:-7", agentId: "main", message: "other" }).done).toMatchObject({ status: "ok" });
+    } finally {
+      held.release();
+    }
+    expect(await waited).toMatchObject({ runId: first.runId, status: "ok" });
+  });
+
+  it("counts() tells the running runs from the queued ones (health, switchboard status)", async () => {
+    const held = await holdingFirst();
+    h = held.harness;
+    const rt = h.app.runtime;
+    const runs = ["first", "second", "third"].map((message) => rt.start({ sessionKey: MAIN, agentId: "main", message }));
+    try {
+      await h.model.waitForRequests(1);
+      expect(rt.counts()).toEqual({ running: 1, queued: 2 });
+    } finally {
+      held.release();
+    }
+    await Promise.all(runs.map((r) => r.done));
+    expect(rt.counts()).toEqual({ running: 0, queued: 0 });
+  });
 });
 
 describe("agent runtime context", () => {
@@ -77,24 +151,30 @@ describe("agent runtime context", () => {
 /** A test tool the model can call; `run` decides what it returns (and when). */
 const tool = (name: string, run: () => Promise<unknown>): AgentTool => ({ name, description: `test tool ${name}`, parameters: { type: "object", properties: {} }, execute: run });
 
-const MAIN = "agent:main:main";
-
 describe("agent runtime limits", () => {
-  it("agents.defaults.runTimeoutSeconds ends a run whose model never answers", async () => {
+  it("agents.defaults.runTimeoutSeconds ends a run whose model never answers, and the session remembers the aborted run", async () => {
     h = await startHarness({ config: { agents: { defaults: { runTimeoutSeconds: 0.2 } } }, responder: () => ({ content: "late", delayMs: 60_000 }) });
     const run = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "hi" });
     expect(await run.done).toMatchObject({ status: "timeout", error: "run timed out after 200 ms" });
+    expect(h.app.sessions.get(MAIN)?.abortedLastRun).toBe(true);
   });
 
-  it("maxToolRounds stops a model that keeps calling tools after exactly that many model calls", async () => {
+  it("runTimeoutSeconds: 0 means no time limit, not a run timed out at once", async () => {
+    h = await startHarness({ config: { agents: { defaults: { runTimeoutSeconds: 0 } } } });
+    expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "unhurried" }).done).toMatchObject({ status: "ok", reply: "echo: unhurried" });
+  });
+
+  it("R18 maxToolRounds stops a model that keeps calling tools after exactly that many model calls; the run ends as an error (also for agent.wait) with the tokens it spent", async () => {
     let executed = 0;
     h = await startHarness({
       config: { agents: { defaults: { maxToolRounds: 3 } } },
-      responder: () => ({ toolCalls: [{ name: "count", arguments: {} }] }),
+      responder: () => ({ toolCalls: [{ name: "count", arguments: {} }], usage: { prompt_tokens: 5, completion_tokens: 1 } }),
       plugins: [(d) => d.app.addTools([tool("count", async () => ({ status: "ok", n: ++executed }))])],
     });
     const run = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "loop" });
-    expect(await run.done).toMatchObject({ status: "error", error: "run stopped after 3 tool rounds (agents.defaults.maxToolRounds)" });
+    expect(await run.done).toMatchObject({ status: "error", error: "run stopped after 3 tool rounds (agents.defaults.maxToolRounds)", usage: { input: 15, output: 3 } });
+    // agent.wait must tell a failed run from one that ran out of time.
+    expect(await h.app.runtime.wait(run.runId, 0)).toMatchObject({ status: "error", error: "run stopped after 3 tool rounds (agents.defaults.maxToolRounds)" });
     expect(h.model.requests).toHaveLength(3);
     expect(executed).toBe(3);
   });
@@ -159,7 +239,7 @@ describe("agent runtime limits", () => {
     const first = await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "one" }).done;
     expect(first.usage).toEqual({ input: 30, output: 3 });
     await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "two" }).done;
-    expect(h.app.sessions.get(MAIN)).toMatchObject({ inputTokens: 60, outputTokens: 6, totalTokens: 66, contextTokens: 20, lastModel: "fake/m", abortedLastRun: false });
+    expect(h.app.sessions.get(MAIN)).toMatchObject({ inputTokens: 60, outputTokens: 6, totalTokens: 66, contextTokens: 20, lastModel: "fake/m", systemSent: true, abortedLastRun: false });
   });
 
   it("drain aborts the runs still in flight when its wait runs out", async () => {
@@ -168,6 +248,8 @@ describe("agent runtime limits", () => {
     await h.model.waitForRequests(1);
     await h.app.runtime.drain(0);
     expect(await run.done).toMatchObject({ status: "timeout", error: "run aborted: daemon shutting down" });
+    expect(() => h!.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "too late" })).toThrow("daemon is shutting down; run not accepted");
+    expect(h.model.requests).toHaveLength(1);
   });
 
   it("tool answers with status forbidden or error, and a tool that throws, are recorded as error results; the run goes on", async () => {
@@ -195,6 +277,67 @@ describe("agent runtime limits", () => {
       ["throws", true, '{"status":"error","error":"throws failed: disk full"}'],
       ["fine", false, '{"status":"ok"}'],
     ]);
+  });
+
+  it("R18 a run that just ended stays answerable by agent.wait after the minute's sweep of old completions", async () => {
+    // Only setInterval is faked (the sweep's clock); sockets and timeouts run for real.
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] });
+    try {
+      h = await startHarness();
+      const run = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "remember me" });
+      await run.done;
+      vi.advanceTimersByTime(60_000);
+      expect(await h.app.runtime.wait(run.runId, 0)).toMatchObject({ runId: run.runId, status: "ok" });
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("the model is offered the tools, and its next call sees its tool calls followed by their results", async () => {
+    h = await startHarness({
+      responder: (req) => (req.messages.at(-1)?.role === "user" ? { toolCalls: [{ name: "count", arguments: { n: 1 } }] } : { content: "counted" }),
+      plugins: [(d) => d.app.addTools([tool("count", async () => ({ status: "ok", n: 1 }))])],
+    });
+    expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "count once" }).done).toMatchObject({ status: "ok", reply: "counted" });
+    const [first, second] = h.model.requests;
+    expect(first.tools?.map((t) => t.function.name)).toContain("count");
+    expect(first.tool_choice).toBe("auto");
+    // OpenAI refuses a tool message whose call is not in the assistant turn right before it.
+    expect(second.messages.slice(-2)).toEqual([
+      { role: "assistant", content: null, tool_calls: [{ id: "call_0_0", type: "function", function: { name: "count", arguments: '{"n":1}' } }] },
+      { role: "tool", tool_call_id: "call_0_0", content: '{"status":"ok","n":1}' },
+    ]);
+  });
+
+  it("a call to an unknown tool, or with arguments that are not JSON, runs nothing and is recorded as an error result", async () => {
+    let ran = 0;
+    h = await startHarness({
+      responder: (req) => (req.messages.at(-1)?.role === "user" ? { toolCalls: [{ name: "nosuch", arguments: {} }, { name: "count", arguments: "{not json" }] } : { content: "done" }),
+      plugins: [(d) => d.app.addTools([tool("count", async () => (ran++, { status: "ok" }))])],
+    });
+    expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "bad calls" }).done).toMatchObject({ status: "ok", reply: "done" });
+    expect(ran).toBe(0);
+    const results = (await messagesOf(h.app, MAIN)).flatMap((m) => (m.role === "toolResult" ? [[m.toolName, m.isError, m.content[0].text]] : []));
+    expect(results).toEqual([
+      ["nosuch", true, '{"status":"error","error":"unknown tool: nosuch"}'],
+      ["count", true, '{"status":"error","error":"invalid JSON arguments for count"}'],
+    ]);
+  });
+
+  it("a run's own model reference wins over the session's model", async () => {
+    const model = new FakeModelServer();
+    const baseUrl = await model.start();
+    try {
+      h = await startHarness({ model, config: { models: { providers: { alt: { baseUrl, models: [{ id: "other" }] } } } } });
+      await h.app.sessions.upsert(MAIN, "main", { model: "alt/other" });
+      expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "hi", model: "fake/m" }).done).toMatchObject({ status: "ok", model: "fake/m" });
+      expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "hi again" }).done).toMatchObject({ status: "ok", model: "alt/other" });
+      expect(model.requests.map((r) => r.model)).toEqual(["m", "other"]);
+    } finally {
+      await h?.stop();
+      h = undefined;
+      await model.stop();
+    }
   });
 
   it.each([

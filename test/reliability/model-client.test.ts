@@ -24,15 +24,17 @@ async function fake(responder: ConstructorParameters<typeof FakeModelServer>[0])
 }
 
 /** A bare HTTP server for answers the fake model server cannot give (non-JSON bodies, redirects). */
-async function raw(status: number, body: string): Promise<{ baseUrl: string; hits: () => number }> {
+async function raw(status: number, body: string): Promise<{ baseUrl: string; hits: () => number; lastHeaders: () => http.IncomingHttpHeaders | undefined }> {
   let hits = 0;
-  const server = http.createServer((_req, res) => {
+  let lastHeaders: http.IncomingHttpHeaders | undefined;
+  const server = http.createServer((req, res) => {
     hits++;
+    lastHeaders = req.headers;
     res.writeHead(status, { "content-type": "text/plain" }).end(body);
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   servers.push({ stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) });
-  return { baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, hits: () => hits };
+  return { baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, hits: () => hits, lastHeaders: () => lastHeaders };
 }
 
 /**
@@ -92,7 +94,7 @@ describe("model client robustness", () => {
 
   it("model-client: an API key echoed in the server's error never reaches the error message", async () => {
     const key = "sk-test-echoed-key-123456";
-    const { model, baseUrl } = await fake(() => ({ status: 401, error: `Incorrect API key provided: ${key}` }));
+    const { model, baseUrl } = await fake(() => ({ status: 401, error: `Incorrect API key provided: ${key} (key ${key} is revoked)` }));
     const err = await ask(baseUrl, { apiKey: key }).catch((e: Error) => e);
     expect(String(err)).toMatch(/401 Incorrect API key provided: \[redacted\]/);
     expect(String(err)).not.toContain(key);
@@ -114,21 +116,30 @@ describe("model client robustness", () => {
   it("model-client: waits exactly what retry-after-ms and retry-after ask for", async () => {
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
     try {
-      const replies: ModelReply[] = [{ status: 429, error: "slow down", headers: { "retry-after-ms": "1234" } }, { status: 503, error: "busy", headers: { "retry-after": "7" } }, { content: "fine" }];
-      const { baseUrl } = await fake((_req, i) => replies[i]);
-      const call = ask(baseUrl);
+      // retry-after may also be an HTTP date (RFC 9110): whole seconds, so the wait is what is left until then.
+      let untilDate = 0;
+      const httpDate = () => {
+        const at = Math.ceil(Date.now() / 1000) * 1000 + 3000;
+        untilDate = at - Date.now();
+        return { "retry-after": new Date(at).toUTCString() };
+      };
+      const replies: Array<() => ModelReply> = [() => ({ status: 429, error: "slow down", headers: { "retry-after-ms": "1234" } }), () => ({ status: 503, error: "busy", headers: { "retry-after": "7" } }), () => ({ status: 503, error: "busy", headers: httpDate() }), () => ({ content: "fine" })];
+      const { baseUrl } = await fake((_req, i) => replies[i]());
+      const call = ask(baseUrl, { maxRetries: 3 });
       expect(await nextRetryWait()).toBe(1234);
       expect(await nextRetryWait()).toBe(7000);
+      expect(await nextRetryWait()).toBe(untilDate);
+      expect(untilDate).toBeGreaterThan(2000);
       expect((await call).content).toBe("fine");
     } finally {
       vi.useRealTimers();
     }
   });
 
-  it("model-client: a retry-after of an hour is not waited out; the normal backoff applies", async () => {
+  it.each<Record<string, string>>([{ "retry-after": "3600" }, { "retry-after-ms": "3600000" }])("model-client: a retry-after of an hour (%o) is not waited out; the normal backoff applies", async (headers) => {
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
     try {
-      const { model, baseUrl } = await fake((_req, i) => (i === 0 ? { status: 429, error: "quota", headers: { "retry-after": "3600" } } : { content: "fine" }));
+      const { model, baseUrl } = await fake((_req, i) => (i === 0 ? { status: 429, error: "quota", headers } : { content: "fine" }));
       const call = ask(baseUrl);
       expect(await nextRetryWait()).toBeLessThanOrEqual(500);
       expect((await call).content).toBe("fine");
@@ -136,6 +147,82 @@ describe("model client robustness", () => {
     } finally {
       vi.useRealTimers();
     }
+  });
+
+  it("model-client: the backoff doubles from 0.5 s with each retry up to 8 s", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
+    // No jitter: the waits are then the backoff's full steps.
+    vi.spyOn(Math, "random").mockReturnValue(0);
+    try {
+      const { model, baseUrl } = await fake((_req, i) => (i < 6 ? { status: 503, error: "busy" } : { content: "fine" }));
+      const call = ask(baseUrl, { maxRetries: 6 });
+      const waits: number[] = [];
+      for (let i = 0; i < 6; i++) waits.push(await nextRetryWait());
+      expect(waits).toEqual([500, 1000, 2000, 4000, 8000, 8000]);
+      expect((await call).content).toBe("fine");
+      expect(model.requests).toHaveLength(7);
+    } finally {
+      vi.restoreAllMocks();
+      vi.useRealTimers();
+    }
+  });
+
+  it("model-client: 408, 409 and a 400 the server marks x-should-retry: true are retried", async () => {
+    const replies: ModelReply[] = [
+      { status: 408, error: "request timeout", headers: { "retry-after-ms": "0" } },
+      { status: 409, error: "conflict", headers: { "retry-after-ms": "0" } },
+      { status: 400, error: "try again", headers: { "x-should-retry": "true", "retry-after-ms": "0" } },
+      { content: "fine" },
+    ];
+    const { model, baseUrl } = await fake((_req, i) => replies[i]);
+    expect((await ask(baseUrl, { maxRetries: 3 })).content).toBe("fine");
+    expect(model.requests).toHaveLength(4);
+  });
+
+  it("model-client: an abort during a retry wait ends the call without waiting it out", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
+    try {
+      const { model, baseUrl } = await fake(() => ({ status: 503, error: "busy", headers: { "retry-after-ms": "30000" } }));
+      const ac = new AbortController();
+      const call = ask(baseUrl, {}, ac.signal);
+      const settled = call.catch((e: Error) => e);
+      while (vi.getTimerCount() === 0) await new Promise((r) => setImmediate(r));
+      ac.abort(new Error("stopped while waiting"));
+      // The fake clock never moves: a call that slept on would never settle.
+      expect(await settled).toMatchObject({ message: "stopped while waiting" });
+      expect(model.requests).toHaveLength(1);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("model-client: an abort during the last allowed attempt is reported as the abort, not as a connection error", async () => {
+    const { model, baseUrl } = await fake(() => ({ content: "late", delayMs: 60_000 }));
+    const ac = new AbortController();
+    const call = ask(baseUrl, { maxRetries: 0 }, ac.signal).catch((e: Error) => e);
+    await model.waitForRequests(1);
+    ac.abort(new Error("stop"));
+    expect(await call).toMatchObject({ message: "stop" });
+  });
+
+  it("model-client: the API key is sent as a bearer token", async () => {
+    const { baseUrl, lastHeaders } = await raw(200, JSON.stringify({ choices: [{ message: { content: "ok" } }] }));
+    expect((await ask(baseUrl, { apiKey: "sk-test-sent-key-123456" })).content).toBe("ok");
+    expect(lastHeaders()?.authorization).toBe("Bearer sk-test-sent-key-123456");
+  });
+
+  it("model-client: an answer without choices fails at once with a clear error instead of being retried", async () => {
+    const { baseUrl, hits } = await raw(200, JSON.stringify({ choices: [] }));
+    await expect(ask(baseUrl)).rejects.toThrow(/^model m returned no choices$/);
+    expect(hits()).toBe(1);
+  });
+
+  it.each([
+    { body: JSON.stringify({ message: "bad request body" }), reads: "400 bad request body" },
+    { body: "", reads: "400 status code (no body)" },
+  ])("model-client: an error body $body reads as $reads", async ({ body, reads }) => {
+    const { baseUrl } = await raw(400, body);
+    await expect(ask(baseUrl)).rejects.toThrow(`model call failed (p/m, HTTP 400): ${reads}`);
   });
 
   it("model-client: an answer that is not JSON fails at once instead of being retried", async () => {

@@ -127,4 +127,21 @@ describe("logger backstops", () => {
     for (const secret of CONFIGURED) expect(out.includes(secret), `log output contains ${secret.slice(0, 8)}…:\n${out}`).toBe(false);
     expect(records()[0]).toMatchObject({ msg: "configured credentials", channel: { name: "discord" } });
   });
+
+  it("security: a configured secret that contains a shorter one is scrubbed whole, not left with its tail", () => {
+    const short = "shared-prefix-tok";
+    const long = `${short}-and-its-secret-tail`;
+    const nested = parseConfig({ stateDir: "/nonexistent", gateway: { auth: { token: short } }, hooks: { enabled: true, token: long } }, "<logger redaction test>", {});
+    const { log, text } = capturingLogger(secretsOf(nested));
+    log.info(`hook presented ${long}`);
+    expect(text()).not.toContain("secret-tail");
+    expect(text()).toContain('"msg":"hook presented [redacted]"');
+  });
+
+  it("security: secrets of six characters or more are scrubbed; shorter ones are left, so ordinary words stay readable", () => {
+    const six = parseConfig({ stateDir: "/nonexistent", gateway: { auth: { token: "k9x2q7" } }, hooks: { enabled: true, token: "ab12c" } }, "<logger redaction test>", {});
+    const { log, text } = capturingLogger(secretsOf(six));
+    log.info("tokens k9x2q7 and ab12c");
+    expect(text()).toContain('"msg":"tokens [redacted] and ab12c"');
+  });
 });
