@@ -136,10 +136,12 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext)
     client = c;
     wire(c);
     // stop() during start must not leave start() waiting for a READY that will never come.
+    let cancel!: (reason: PlatformError) => void;
     const ready = new Promise<void>((resolve, reject) => {
       c.once(Events.ClientReady, () => resolve());
-      cancelStart = reject;
+      cancel = reject;
     });
+    cancelStart = cancel;
     loggingIn.add(c);
     const login = c.login(config.token).finally(() => loggingIn.delete(c));
     try {
@@ -159,7 +161,8 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext)
       ).catch(() => undefined);
       throw failure;
     } finally {
-      cancelStart = null;
+      // A start() made after a stop() may already be logging in with a canceller of its own.
+      if (cancelStart === cancel) cancelStart = null;
     }
     log.info({ user: c.user?.tag }, "discord: connected");
     if (config.registerCommands) await register(c);
@@ -173,9 +176,12 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext)
     start() {
       if (client && !starting) return Promise.resolve();
       // Concurrent callers share one login; a failed start leaves nothing behind and can be retried.
-      starting ??= connect().finally(() => {
-        starting = null;
-      });
+      if (!starting) {
+        const login: Promise<void> = connect().finally(() => {
+          if (starting === login) starting = null;
+        });
+        starting = login;
+      }
       return starting;
     },
 
@@ -184,6 +190,8 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext)
       client = null;
       health.connected = false;
       cancelStart?.(new PlatformError("discord", "transport", "stopped while starting"));
+      // That start is over for its callers: a start() from here on logs in afresh.
+      starting = null;
       // A start in progress cleans up its own client once its login settles (see connect()).
       if (c && !loggingIn.has(c)) await within(c.destroy().catch(() => undefined), STOP_GRACE_MS);
       await drainLanes();

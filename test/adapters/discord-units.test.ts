@@ -26,6 +26,8 @@ describe("toPlatformError", () => {
     [new HTTPError(500, "Internal Server Error", "POST", URL_, { body: {} }), "transport"],
     // A 4xx without Discord's JSON body (a proxy's page): repeating the request cannot help.
     [new HTTPError(413, "Payload Too Large", "POST", URL_, { body: {} }), "invalid"],
+    // A proxy's 429 page: a rate limit, to be retried later, not a malformed request.
+    [new HTTPError(429, "Too Many Requests", "POST", URL_, { body: {} }), "rate_limited"],
     [new TypeError("fetch failed", { cause: Object.assign(new Error("connect"), { code: "ECONNREFUSED" }) }), "transport"],
     [new DOMException("This operation was aborted", "AbortError"), "transport"],
     [tokenInvalid, "auth"],
@@ -74,6 +76,12 @@ describe("toPlatformError", () => {
     const err = new DiscordAPIError({ code: 50001, message: "Missing Access for secret-tok" }, 50001, 403, "POST", URL_, { body: {} });
     const mapped = toPlatformError(err, "secret-tok");
     expect(mapped.message).toBe("discord: 403 50001: Missing Access for [token] (POST /api/v10/channels/1/messages)");
+  });
+
+  it("a send that timed out says its outcome is unknown, not that it was aborted", () => {
+    const mapped = toPlatformError(new DOMException("This operation was aborted", "TimeoutError"));
+    expect(mapped).toMatchObject({ code: "transport", retryable: true });
+    expect(mapped.message).toBe("discord: request timed out (outcome unknown)");
   });
 
   it("returns a PlatformError unchanged", () => {

@@ -139,6 +139,31 @@ describe("discord adapter: login and slash command registration", () => {
     expect(h.inbound).toHaveLength(1);
   });
 
+  it("a start() made while another is still logging in resolves only once connected", async () => {
+    const h = makeAdapter(await startFake());
+    const first = h.adapter.start();
+    await h.adapter.start();
+    expect(h.adapter.health().connected).toBe(true);
+    await first;
+  });
+
+  it("a start() that failed leaves nothing behind: the next start() logs in again", async () => {
+    const fake = await startFake({ approvedIntents: 0 });
+    const h = makeAdapter(fake);
+    await expect(h.adapter.start()).rejects.toMatchObject({ name: "PlatformError", code: "forbidden" });
+    await expect(h.adapter.start()).rejects.toMatchObject({ name: "PlatformError", code: "forbidden" });
+    expect(fake.framesWithOp(2)).toHaveLength(2);
+  });
+
+  it("a refused slash command registration does not fail start(): messages still arrive, and lastError says why", async () => {
+    const fake = await startFake();
+    fake.failNext("PUT /applications/:id/commands", { status: 403, body: { code: 50001, message: "Missing Access" } });
+    const h = makeAdapter(fake);
+    await h.adapter.start();
+    expect(h.adapter.health()).toMatchObject({ connected: true, lastError: expect.stringContaining("slash command registration failed") });
+    await deliverBarrier(h);
+  });
+
   it("skips registration when registerCommands is off", async () => {
     const h = await started({}, { config: { registerCommands: false } });
     expect(h.adapter.health().connected).toBe(true);
@@ -415,6 +440,27 @@ describe("discord adapter: send", () => {
     expect(h.adapter.health().connected).toBe(true);
   });
 
+  it("typing never throws, even when Discord refuses it", async () => {
+    const h = await started();
+    h.fake.failNext("POST /channels/:id/typing", { status: 403, body: { code: 50001, message: "Missing Access" } });
+    await expect(h.adapter.typing!(target(h.fake.ids.general))).resolves.toBeUndefined();
+    expect(h.fake.callsTo("POST /channels/:id/typing")).toHaveLength(1);
+  });
+
+  it("start() right after a stop() that cancelled a start logs in afresh instead of returning the cancelled start", async () => {
+    const fake = await startFake();
+    const h = makeAdapter(fake);
+    const cancelled = h.adapter.start();
+    await h.adapter.stop();
+    const restarted = h.adapter.start();
+    await expect(cancelled).rejects.toMatchObject({ name: "PlatformError", code: "transport" });
+    await restarted;
+    expect(h.adapter.health().connected).toBe(true);
+    await deliverBarrier(h);
+    // The cancelled login's socket is closed once it connects; the new one stays.
+    await vi.waitFor(() => expect(fake.openSockets).toBe(1), waitOpts);
+  });
+
   it("send before start and after stop fails as a retryable PlatformError", async () => {
     const fake = await startFake();
     const h = makeAdapter(fake);
@@ -460,6 +506,21 @@ describe("discord adapter: reconnect", () => {
   });
 });
 
+describe("discord adapter: gateway outage", () => {
+  it("reports disconnected while the gateway cannot be reached, and connected again once the session resumes", async () => {
+    const h = await started();
+    const release = h.fake.holdConnections();
+    // Runs first on a failure, so the adapter and the fake can shut down.
+    cleanups.push(async () => release());
+    h.fake.dropConnections(4000);
+    await vi.waitFor(() => expect(h.fake.heldConnections).toBe(1), waitOpts);
+    expect(h.adapter.health().connected).toBe(false);
+    release();
+    await vi.waitFor(() => expect(h.adapter.health().connected).toBe(true), waitOpts);
+    expect(h.fake.framesWithOp(6)).toHaveLength(1);
+  });
+});
+
 describe("discord adapter: gateway loss", () => {
   it("a gateway close it will not reconnect from (4014) leaves it disconnected, with the close reported and in lastError", async () => {
     const fake = await startFake();
@@ -502,6 +563,41 @@ describe("discord adapter: stop", () => {
     release();
     await stopping;
     expect(h.inbound.map((m) => m.text)).toEqual(["barrier", "first", "second"]);
+  });
+});
+
+describe("discord adapter: stop with a queue", () => {
+  it("stop() waits for every message queued in a conversation, not only the one being handed over", async () => {
+    const gates = new Map<string, () => void>();
+    const held = new Set(["first", "second"]);
+    const h = makeAdapter(await startFake(), {
+      beforeAccept: (m) => (held.has(m.text) ? new Promise<void>((resolve) => gates.set(m.text, resolve)) : Promise.resolve()),
+    });
+    await h.adapter.start();
+    for (const content of ["first", "second", "third"]) h.fake.injectDM({ content });
+    // Once another conversation's message is in, all three wait in alice's lane.
+    const barrier = h.fake.injectDM({ author: h.fake.ids.bob, content: "barrier" });
+    await vi.waitFor(() => expect(h.inbound.map((m) => m.messageId)).toEqual([barrier.id]), waitOpts);
+    gates.get("first")!();
+    await vi.waitFor(() => expect(gates.has("second")).toBe(true), waitOpts);
+    let stopped = false;
+    const stopping = h.adapter.stop().then(() => (stopped = true));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(stopped).toBe(false);
+    gates.get("second")!();
+    await stopping;
+    expect(h.inbound.map((m) => m.text)).toEqual(["barrier", "first", "second", "third"]);
+  });
+
+  it("stop() is prompt even while the core never accepts a queued message", async () => {
+    let called = false;
+    const h = makeAdapter(await startFake(), { beforeAccept: () => ((called = true), new Promise<void>(() => {})) });
+    await h.adapter.start();
+    h.fake.injectDM({ content: "hangs" });
+    await vi.waitFor(() => expect(called).toBe(true), waitOpts);
+    // The handler never settles: stop() returns once its grace is over, or the test times out.
+    await h.adapter.stop();
+    expect(h.adapter.health().connected).toBe(false);
   });
 });
 

@@ -94,6 +94,13 @@ describe("Bot API calls without telegraf's fetch stack", () => {
     expect(classify(err).code).toBe("transport");
   });
 
+  it("R3 a 500 is an error by its status even when a broken proxy's body claims success", async () => {
+    const { root } = await server(() => ({ status: 500, body: '{"ok":true,"result":{"message_id":1}}' }));
+    const err = await failure(createBotApi(root, TOKEN)("sendMessage", {}, { agent: agent() }));
+    expect((err as TelegramError).response).toEqual({ error_code: 500, description: "Internal Server Error" });
+    expect(classify(err).code).toBe("transport");
+  });
+
   it("R3 a 2xx body that is not JSON fails with the method and an excerpt, not a parser's message", async () => {
     const { root } = await server(() => ({ status: 200, body: "<html>captive portal</html>", headers: { "content-type": "text/html" } }));
     const err = await failure(createBotApi(root, TOKEN)("sendMessage", {}, { agent: agent() }));

@@ -1,6 +1,7 @@
+import { getEventListeners } from "node:events";
 import { describe, expect, it, vi } from "vitest";
 import { PlatformError } from "../../src/channels/types.js";
-import { backoffDelay, DEFAULT_BACKOFF, retryDelay } from "../../adapters/telegram/backoff.js";
+import { backoffDelay, DEFAULT_BACKOFF, retryDelay, sleep } from "../../adapters/telegram/backoff.js";
 import { commandsHash, DEFAULT_COMMANDS, syncCommands } from "../../adapters/telegram/commands.js";
 import { classify, describeError, redactToken, toPlatformError } from "../../adapters/telegram/errors.js";
 import { chatActionParams, rateLimitsFor, replyMessageId, sendMessageParams } from "../../adapters/telegram/outbound.js";
@@ -102,6 +103,11 @@ describe("telegram backoff", () => {
   it("B3 a 429's retry_after overrides the backoff schedule", () => {
     expect(retryDelay(apiError(429, "Too Many Requests", { retry_after: 7 }), 0, DEFAULT_BACKOFF, mid)).toBe(7000);
     expect(retryDelay(apiError(409, "Conflict"), 2, DEFAULT_BACKOFF, mid)).toBe(4000);
+  });
+  it("B4 a finished retry wait leaves no listener on the stop signal: a long outage must not pile them up", async () => {
+    const stopper = new AbortController();
+    for (let i = 0; i < 3; i++) await sleep(1, stopper.signal);
+    expect(getEventListeners(stopper.signal, "abort")).toHaveLength(0);
   });
 });
 

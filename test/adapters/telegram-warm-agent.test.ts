@@ -7,26 +7,32 @@ import http from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { createWarmAgent, type WarmAgent } from "../../adapters/telegram/warm-agent.js";
+import { waitFor } from "../fakes/telegram-bot-api.js";
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function server(): Promise<{ root: string; connections: () => number; port: number }> {
+async function server(): Promise<{ root: string; connections: () => number; open: () => number; dropAll: () => void; port: number }> {
   let connections = 0;
+  const open = new Set<Socket>();
   const srv = http.createServer((req, res) => {
     req.resume();
     req.on("end", () => res.end('{"ok":true,"result":{"message_id":1}}'));
   });
-  srv.on("connection", () => connections++);
+  srv.on("connection", (socket: Socket) => {
+    connections++;
+    open.add(socket);
+    socket.once("close", () => open.delete(socket));
+  });
   await new Promise<void>((resolve) => srv.listen(0, "127.0.0.1", resolve));
   cleanups.push(() => new Promise<void>((resolve) => {
     srv.closeAllConnections();
     srv.close(() => resolve());
   }));
   const port = (srv.address() as AddressInfo).port;
-  return { root: `http://127.0.0.1:${port}/`, connections: () => connections, port };
+  return { root: `http://127.0.0.1:${port}/`, connections: () => connections, open: () => open.size, dropAll: () => open.forEach((s) => s.destroy()), port };
 }
 
 function agentFor(root: string): WarmAgent {
@@ -100,6 +106,36 @@ describe("telegram send agent — a prepared send never waits for a connection",
     expect(await connecting).toBe(false);
     await done;
     expect(connections()).toBe(1);
+  });
+
+  it("sends made one after another on a kept-alive socket never open a second connection", async () => {
+    const { root, connections } = await server();
+    const agent = agentFor(root);
+    for (let i = 0; i < 3; i++) {
+      await agent.prepare();
+      await post(root, agent).done;
+    }
+    expect(connections()).toBe(1);
+  });
+
+  it("a spare the server closed before any send took it is not handed to a send", async () => {
+    const { root, dropAll, open } = await server();
+    const agent = agentFor(root);
+    await agent.prepare();
+    dropAll();
+    await waitFor(() => open() === 0, 2000, "server side closed");
+    // The client sees the close a moment after the server: let it.
+    await new Promise((r) => setTimeout(r, 25));
+    expect(await post(root, agent).done).toContain('"ok":true');
+  });
+
+  it("destroy() closes the spares no send took", async () => {
+    const { root, open } = await server();
+    const agent = createWarmAgent(root);
+    await agent.prepare();
+    await waitFor(() => open() === 1, 2000, "spare connected");
+    agent.destroy();
+    await waitFor(() => open() === 0, 2000, "spare closed");
   });
 
   it("an unreachable API: prepare() resolves (never rejects or hangs) and the send fails as usual", async () => {

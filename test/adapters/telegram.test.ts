@@ -130,6 +130,38 @@ describe("telegram adapter: boot", () => {
     expect(h.adapter.health().lastError).toBeNull();
   });
 
+  it("B3 after a rejected token a second start() fails the same way instead of reporting a running adapter", async () => {
+    const api = await newApi();
+    const h = await boot({ api, config: { botToken: "777:not-the-right-one" }, start: false });
+    await expect(h.adapter.start()).rejects.toMatchObject({ code: "auth" });
+    await expect(h.adapter.start()).rejects.toMatchObject({ code: "auth" });
+    expect(api.callsTo("getMe")).toHaveLength(2);
+    expect(api.callsTo("getUpdates")).toHaveLength(0);
+  });
+
+  it("B7 health reports disconnected while the webhook cannot be removed: nothing is being polled", async () => {
+    const api = await newApi();
+    api.failNext("deleteWebhook", errors.badGateway, 100);
+    // A retry far away, so the check below cannot land between a retry's getMe and its failure.
+    const h = await boot({ api, start: false, options: { backoff: { initialMs: 60_000, maxMs: 60_000 } } });
+    await h.adapter.start();
+    await waitFor(() => h.adapter.health().lastError?.startsWith("prepare:"), 5000, "the background boot failed");
+    expect(h.adapter.health().connected).toBe(false);
+    expect(api.callsTo("getUpdates")).toHaveLength(0);
+  });
+
+  it("B8 a restart whose first getMe fails still removes a webhook set while the adapter was stopped", async () => {
+    const api = await newApi();
+    const h = await boot({ api });
+    await h.adapter.stop();
+    api.webhookUrl = "https://other.example.com/hook";
+    api.failNext("getMe", errors.badGateway);
+    await h.adapter.start();
+    api.injectText({ chat: privateChat(alice), from: alice, text: "after the restart" });
+    await waitFor(() => h.inbound.length === 1, 5000, "inbound after the restart");
+    expect(api.webhookUrl).toBe("");
+  });
+
   it("B5 an empty token fails start() with auth; an unreachable https root still starts and stops promptly", async () => {
     const empty = await boot({ config: { botToken: "" }, start: false });
     await expect(empty.adapter.start()).rejects.toMatchObject({ code: "auth" });
@@ -383,6 +415,33 @@ describe("telegram adapter: polling errors", () => {
   });
 });
 
+describe("telegram adapter: polling errors (health and connections)", () => {
+  it("R4 health reports disconnected while getUpdates fails, and connected again once a poll succeeds", async () => {
+    const api = await newApi();
+    const h = await boot({ api });
+    let failing = true;
+    api.override("getUpdates", () => (failing ? errors.badGateway : undefined));
+    // Ends the parked poll, so the next one meets the outage.
+    api.injectText({ chat: privateChat(alice), from: alice, text: "before the outage" });
+    await waitFor(() => h.adapter.health().lastError?.includes("502"), 5000, "a failed poll");
+    expect(h.adapter.health().connected).toBe(false);
+    failing = false;
+    api.injectText({ chat: privateChat(alice), from: alice, text: "after the outage" });
+    await waitFor(() => h.inbound.length === 2, 5000, "inbound after the outage");
+    expect(h.adapter.health().connected).toBe(true);
+  });
+
+  it("R5 a failed poll is retried on a fresh connection, not on the kept-alive socket that may be the stuck part", async () => {
+    const api = await newApi();
+    api.failNext("getUpdates", errors.badGateway);
+    await boot({ api });
+    const polls = await waitFor(() => (api.callsTo("getUpdates").length >= 2 ? api.callsTo("getUpdates") : undefined));
+    expect(polls[0].reply).toEqual(errors.badGateway);
+    expect(polls[1].clientPort).toEqual(expect.any(Number));
+    expect(polls[1].clientPort).not.toBe(polls[0].clientPort);
+  });
+});
+
 describe("telegram adapter: sending", () => {
   async function withDm(o: BootOptions = {}) {
     const h = await boot(o);
@@ -538,6 +597,57 @@ describe("telegram adapter: stop", () => {
     expect(api.callsTo("getMe")[0].reply).toMatchObject({ ok: true });
     expect(h.adapter.health().connected).toBe(false);
     expect(api.calls.slice(afterStop).map((c) => c.method)).toEqual([]);
+  });
+
+  it.each([
+    ["deleteWebhook", undefined],
+    ["setMyCommands", errors.tooManyRequests(480)],
+    ["getMe", errors.unauthorized],
+  ] as const)("T4 stop() while the boot waits for %s: its late answer neither connects, nor reports an error, nor calls Telegram again", async (method, reply) => {
+    const api = await newApi();
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    api.override(method, async () => {
+      await held;
+      return reply;
+    });
+    const h = await boot({ api, start: false });
+    const starting = h.adapter.start();
+    await api.waitForCall(method);
+    await h.adapter.stop();
+    const afterStop = api.calls.length;
+    release();
+    // A start overtaken by stop() has nothing left to report, not even a refused token.
+    await starting;
+    expect(api.callsTo(method)[0].reply).toBeDefined();
+    expect(h.adapter.health()).toMatchObject({ connected: false, lastError: null });
+    expect(api.calls.slice(afterStop).map((c) => c.method)).toEqual([]);
+  });
+
+  it("T5 stop() waits, within its grace, for an update the core is still accepting, and its offset is stored before stop() returns", async () => {
+    const h = await boot({ options: { stopGraceMs: 60_000 } });
+    let accept!: () => void;
+    h.handler = (m) => new Promise<void>((r) => (accept = () => r(void h.inbound.push(m))));
+    const u = h.api.injectText({ chat: privateChat(alice), from: alice, text: "being accepted" });
+    await waitFor(() => accept);
+    let stopped = false;
+    const stopping = h.adapter.stop().then(() => (stopped = true));
+    await new Promise((r) => setTimeout(r, 25));
+    expect(stopped).toBe(false);
+    accept();
+    await stopping;
+    expect(await h.kv.get(OFFSET_KEY)).toBe(u.update_id + 1);
+  });
+
+  it("T6 stop() closes the connections that sends and typing kept alive", async () => {
+    const h = await boot();
+    const to: OutboundTarget = { channel: "telegram", accountId: "default", to: String(alice.id) };
+    await h.adapter.send(to, "hello");
+    await h.adapter.typing!(to);
+    const ports = ["sendMessage", "sendChatAction"].map((m) => h.api.callsTo(m)[0].clientPort!);
+    expect(ports.map((p) => h.api.isConnectionOpen(p))).toEqual([true, true]);
+    await h.adapter.stop();
+    await waitFor(() => ports.every((p) => !h.api.isConnectionOpen(p)), 2000, "kept-alive connections closed");
   });
 
   it("T2 stop() is prompt even while onInbound hangs", async () => {

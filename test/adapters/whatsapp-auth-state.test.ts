@@ -2,9 +2,9 @@ import * as baileys from "@whiskeysockets/baileys";
 import type { AuthenticationState, UserFacingSocketConfig, WAVersion } from "@whiskeysockets/baileys";
 import { createServer } from "node:net";
 import { pino } from "pino";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { loadKvAuthState, resetKvAuthState } from "../../adapters/whatsapp/auth-state.js";
-import { createWhatsAppAdapter } from "../../adapters/whatsapp/index.js";
+import { createBaileysSocketFactory, createWhatsAppAdapter } from "../../adapters/whatsapp/index.js";
 import type { AdapterKv, ChannelAdapter } from "../../src/channels/types.js";
 import { ConfigSchema } from "../../src/config/schema.js";
 import { FakeWhatsApp, memoryKv } from "../fakes/whatsapp-socket.js";
@@ -174,6 +174,72 @@ describe("production socket factory across adapter restarts", () => {
     ]);
     expect(lookups).toBe(1);
     expect(captured[0].markOnlineOnConnect).toBe(false);
+  });
+
+  it("a failed lookup of the current WhatsApp Web version does not stop the connection: Baileys' built-in version is used", async () => {
+    const wa = new FakeWhatsApp();
+    const captured: UserFacingSocketConfig[] = [];
+    const adapter = adapterWithProductionFactory(memoryKv(), wa, captured, () => Promise.reject(new Error("web.whatsapp.com unreachable")));
+    await adapter.start();
+    await waitFor(() => adapter.health().connected, "connected");
+    expect(captured).toHaveLength(1);
+    expect(captured[0].version).toBeUndefined();
+  });
+
+  it("looks the WhatsApp Web version up again once the one it has is an hour old", async () => {
+    const realNow = Date.now;
+    let skew = 0;
+    const clock = vi.spyOn(Date, "now").mockImplementation(() => realNow() + skew);
+    try {
+      const wa = new FakeWhatsApp();
+      const captured: UserFacingSocketConfig[] = [];
+      let lookups = 0;
+      const adapter = adapterWithProductionFactory(memoryKv(), wa, captured, async () => (++lookups, [2, 3000, lookups]));
+      await adapter.start();
+      await waitFor(() => adapter.health().connected, "connected");
+      skew = 61 * 60 * 1000;
+      wa.drop(515);
+      await waitFor(() => captured.length === 2 && adapter.health().connected, "restarted");
+      expect(lookups).toBe(2);
+      expect(captured.map((c) => c.version)).toEqual([
+        [2, 3000, 1],
+        [2, 3000, 2],
+      ]);
+    } finally {
+      clock.mockRestore();
+    }
+  });
+
+  it("gives Baileys a logger at warn under a daemon logging at info, and keeps a stricter daemon level", async () => {
+    const wa = new FakeWhatsApp();
+    const levels: string[] = [];
+    for (const daemonLevel of ["info", "error"]) {
+      const factory = createBaileysSocketFactory({
+        ctx: { kv: memoryKv(), log: pino({ level: daemonLevel }, { write: () => {} }) },
+        getMessage: async () => undefined,
+        makeSocket: (cfg) => (levels.push(cfg.logger!.level), wa.newSocket()),
+        resolveVersion: async () => undefined,
+      });
+      await (await factory()).end(undefined);
+    }
+    expect(levels).toEqual(["warn", "error"]);
+  });
+
+  it("a credentials write that fails is logged, not left as an unhandled rejection", async () => {
+    const kv = memoryKv();
+    const failingKv: AdapterKv = { ...kv, set: async (k, v) => (k.endsWith(":creds") ? Promise.reject(new Error("disk full")) : kv.set(k, v)) };
+    const lines: Array<{ msg: string }> = [];
+    const wa = new FakeWhatsApp();
+    const factory = createBaileysSocketFactory({
+      ctx: { kv: failingKv, log: pino({ level: "warn" }, { write: (line: string) => void lines.push(JSON.parse(line)) }) },
+      getMessage: async () => undefined,
+      makeSocket: () => wa.newSocket(),
+      resolveVersion: async () => undefined,
+    });
+    const sock = await factory();
+    sock.ev.emit("creds.update", { registered: true });
+    await waitFor(() => lines.some((l) => l.msg === "whatsapp: failed to persist credentials"), "the failed write logged");
+    await sock.end(undefined);
   });
 
   it("answers Baileys' getMessage retries with the content of messages the adapter sent", async () => {

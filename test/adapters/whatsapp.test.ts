@@ -32,14 +32,26 @@ afterEach(async () => {
   await Promise.all(running.splice(0).map((a) => a.stop()));
 });
 
+/** A logger whose lines (warn and above) a test can read. */
+function capturingLog(): { log: AdapterContext["log"]; lines: Array<{ level: number; msg: string }> } {
+  const lines: Array<{ level: number; msg: string }> = [];
+  return { log: pino({ level: "warn" }, { write: (line: string) => void lines.push(JSON.parse(line)) }), lines };
+}
+
 function setup(
-  opts: { fake?: FakeWhatsAppOptions; adapter?: WhatsAppAdapterOptions; config?: Partial<WhatsAppConfig>; onInbound?: AdapterContext["onInbound"] } = {},
+  opts: {
+    fake?: FakeWhatsAppOptions;
+    adapter?: WhatsAppAdapterOptions;
+    config?: Partial<WhatsAppConfig>;
+    onInbound?: AdapterContext["onInbound"];
+    log?: AdapterContext["log"];
+  } = {},
 ) {
   const wa = new FakeWhatsApp({ self: { id: SELF_PN, lid: SELF_LID, name: "Switchboard" }, ...opts.fake });
   const inbound: InboundMessage[] = [];
   const sleeps: number[] = [];
   const kv = memoryKv();
-  const ctx: AdapterContext = { onInbound: opts.onInbound ?? (async (m) => void inbound.push(m)), kv, log: pino({ level: "silent" }) };
+  const ctx: AdapterContext = { onInbound: opts.onInbound ?? (async (m) => void inbound.push(m)), kv, log: opts.log ?? pino({ level: "silent" }) };
   const adapter = createWhatsAppAdapter(whatsappConfig(opts.config), ctx, {
     socketFactory: wa.factory,
     sleep: async (ms) => void sleeps.push(ms),
@@ -327,6 +339,8 @@ describe("whatsapp adapter: outbound", () => {
     expect(err.message).toContain("not connected");
     expect(err.retryable).toBe(true);
     expect(wa.sent).toHaveLength(0);
+    await adapter.typing!(target(ALICE_PN));
+    expect(wa.presence).toEqual([]);
     wa.current.ev.emit("connection.update", { connection: "connecting" });
     expect(adapter.health().connected).toBe(false);
     expect((await sendError(adapter.send(target(ALICE_PN), "still connecting"))).message).toContain("not connected");
@@ -407,6 +421,10 @@ describe("whatsapp adapter: connection lifecycle", () => {
     expect(wa.factoryCallCount).toBe(1);
     expect(sleeps).toEqual([]);
     expect(adapter.health().lastError).toContain("replaced");
+    // Retryable: the outbox keeps the reply until the operator has closed the other client and restarted.
+    const err = await sendError(adapter.send(target(ALICE_PN), "x"));
+    expect(err).toMatchObject({ code: "transport", retryable: true });
+    expect(err.message).toContain("replaced");
   });
 
   it("408 and friends: reconnects with growing backoff, reset after a healthy connection", async () => {
@@ -431,6 +449,88 @@ describe("whatsapp adapter: connection lifecycle", () => {
     await waitFor(() => adapter.health().connected && wa.sockets.length === 2, "reconnected");
     expect(wa.factoryCallCount).toBe(4);
     expect(sleeps).toEqual([2_000, 3_600, 6_480]);
+    expect(adapter.health().lastError).toBe("reconnect failed: fake factory failure");
+  });
+
+  it("after a healthy connection, sockets that close before opening back off ever longer instead of every 2 s", async () => {
+    let clock = 1_000_000;
+    const { wa, sleeps, adapter } = setup({ fake: { autoOpen: false }, adapter: { now: () => clock, random: () => 0 } });
+    await adapter.start();
+    wa.open();
+    await waitFor(() => adapter.health().connected, "connected");
+    clock += 61_000;
+    for (let n = 2; n <= 4; n++) {
+      wa.drop(408);
+      await waitFor(() => wa.factoryCallCount === n, `dial ${n - 1}`);
+    }
+    expect(sleeps).toEqual([2_000, 3_600, 6_480]);
+  });
+
+  it("start() after stop() begins the reconnect schedule afresh: immediate restarts and backoff", async () => {
+    const { wa, sleeps, adapter } = await connected({ adapter: { random: () => 0 } });
+    for (let n = 2; n <= 5; n++) {
+      wa.drop(515);
+      await waitFor(() => wa.factoryCallCount === n && adapter.health().connected, `restart ${n - 1}`);
+    }
+    wa.drop(408);
+    await waitFor(() => wa.factoryCallCount === 6 && adapter.health().connected, "reconnect");
+    expect(sleeps).toEqual([2_000, 3_600]);
+    await adapter.stop();
+    await adapter.start();
+    await waitFor(() => adapter.health().connected, "started again");
+    wa.drop(515);
+    await waitFor(() => wa.factoryCallCount === 8 && adapter.health().connected, "immediate restart");
+    wa.drop(408);
+    await waitFor(() => wa.factoryCallCount === 9 && adapter.health().connected, "reconnect after the restart");
+    expect(sleeps).toEqual([2_000, 3_600, 2_000]);
+  });
+
+  it("a replaced socket whose close arrives late does not tear down the socket that replaced it", async () => {
+    const wa = new FakeWhatsApp();
+    const lateCloses: Array<() => void> = [];
+    const { adapter } = await connected({
+      adapter: {
+        socketFactory: async () => {
+          const sock = await wa.factory();
+          const end = sock.end.bind(sock);
+          // Baileys' end() waits for the websocket: its close event can come after stop() returned.
+          sock.end = async (err) => void lateCloses.push(() => void end(err));
+          return sock;
+        },
+      },
+    });
+    await adapter.stop();
+    await adapter.start();
+    await waitFor(() => adapter.health().connected, "started again");
+    expect(lateCloses).toHaveLength(1);
+    lateCloses[0]();
+    await settle();
+    expect(adapter.health().connected).toBe(true);
+    expect(wa.factoryCallCount).toBe(2);
+    await expect(adapter.send(target(ALICE_PN), "still up")).resolves.toMatchObject({ messageId: expect.any(String) });
+  });
+
+  it("a QR code that cannot be rendered is logged, and the adapter keeps waiting for the scan", async () => {
+    const { log, lines } = capturingLog();
+    const { wa, adapter } = setup({ fake: { autoOpen: false }, log, adapter: { printQr: async () => Promise.reject(new Error("no terminal")) } });
+    await adapter.start();
+    wa.showQr("2@QRDATA");
+    await waitFor(() => lines.some((l) => l.msg === "whatsapp: could not render the QR code"), "the render failure logged");
+    wa.open();
+    await waitFor(() => adapter.health().connected, "connected after the scan");
+  });
+
+  it("stop() is prompt even while the core never accepts a delivered message, and says the message was not handed over", async () => {
+    const { log, lines } = capturingLog();
+    let called = false;
+    const { wa, adapter } = await connected({ log, onInbound: () => ((called = true), new Promise<void>(() => {})) });
+    wa.injectText({ chatJid: ALICE_PN, text: "hangs" });
+    await waitFor(() => called, "handed to the core");
+    // The handler never settles: stop() returns once its grace is over, or the test times out.
+    await adapter.stop();
+    running.splice(running.indexOf(adapter), 1); // a second stop() would wait out the grace again
+    expect(adapter.health().connected).toBe(false);
+    expect(lines.map((l) => l.msg)).toContain("whatsapp stopped with inbound messages not yet handed to the core: WhatsApp will not deliver them again");
   });
 
   it("stop() cancels a pending reconnect promptly and ends the socket", async () => {

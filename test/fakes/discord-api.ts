@@ -263,6 +263,7 @@ export class FakeDiscord {
   private wss: WebSocketServer | null = null;
   private portNumber = 0;
   private connectionCount = 0;
+  private heldUpgrades: Array<() => void> | null = null;
 
   constructor(options: FakeDiscordOptions = {}) {
     this.token = options.token ?? "fake-bot-token";
@@ -302,7 +303,9 @@ export class FakeDiscord {
         socket.end("HTTP/1.1 400 Bad Request\r\n\r\n");
         return;
       }
-      wss.handleUpgrade(req, socket, head, (ws) => this.onSocket(ws, url));
+      const accept = () => wss.handleUpgrade(req, socket, head, (ws) => this.onSocket(ws, url));
+      if (this.heldUpgrades) this.heldUpgrades.push(accept);
+      else accept();
     });
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     this.server = server;
@@ -447,6 +450,24 @@ export class FakeDiscord {
   /** Op 7: Discord asks the client to reconnect; discord.js resumes on resume_gateway_url. */
   requestReconnect(): void {
     for (const ws of this.sockets) ws.send(JSON.stringify({ op: Op.Reconnect, d: null }));
+  }
+
+  /**
+   * A gateway outage: new gateway connections get no answer to their upgrade until the returned
+   * function is called, when they are all accepted.
+   */
+  holdConnections(): () => void {
+    const held: Array<() => void> = [];
+    this.heldUpgrades = held;
+    return () => {
+      if (this.heldUpgrades === held) this.heldUpgrades = null;
+      for (const accept of held.splice(0)) accept();
+    };
+  }
+
+  /** Gateway connections waiting in holdConnections(). */
+  get heldConnections(): number {
+    return this.heldUpgrades?.length ?? 0;
   }
 
   /** Server-side close of every socket (default 4000, which clients resume from). */

@@ -93,6 +93,8 @@ export interface RecordedCall {
   at: number;
   /** Filled in when answered; undefined while a long poll is parked. */
   reply?: ApiReply;
+  /** The client's port: calls with the same one came over the same (kept-alive) connection. */
+  clientPort?: number;
 }
 
 /** Return undefined to fall through to the default behaviour. */
@@ -217,6 +219,7 @@ export class FakeTelegramBotApi {
   private readonly blocked = new Set<number>();
   private readonly sendLog: { chatId: number; at: number }[] = [];
   private readonly timers = new Set<NodeJS.Timeout>();
+  private readonly openPorts = new Set<number>();
 
   constructor(opts: FakeTelegramOptions = {}) {
     this.token = opts.token ?? "123456789:AAF-fake-token_for-tests";
@@ -234,6 +237,12 @@ export class FakeTelegramBotApi {
   /** Listens on 127.0.0.1:0 and returns the apiRoot to give the client (with trailing slash). */
   async start(): Promise<string> {
     const server = http.createServer((req, res) => void this.onRequest(req, res));
+    server.on("connection", (socket) => {
+      const port = socket.remotePort;
+      if (port === undefined) return;
+      this.openPorts.add(port);
+      socket.once("close", () => this.openPorts.delete(port));
+    });
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     this.server = server;
     this.root = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
@@ -338,6 +347,11 @@ export class FakeTelegramBotApi {
     return this.parked !== undefined;
   }
 
+  /** Whether the connection a call came over (its `clientPort`) is still open. */
+  isConnectionOpen(clientPort: number): boolean {
+    return this.openPorts.has(clientPort);
+  }
+
   /** Highest offset a client has confirmed with (0 before any). */
   get confirmedOffset(): number {
     return this.confirmed;
@@ -361,7 +375,7 @@ export class FakeTelegramBotApi {
       return this.respond(res, fail(400, "Bad Request: can't parse request body"));
     }
     if (!m) return this.respond(res, errors.notFound);
-    const call: RecordedCall = { seq: this.calls.length, method: m[2], body, at: this.now() };
+    const call: RecordedCall = { seq: this.calls.length, method: m[2], body, at: this.now(), clientPort: req.socket.remotePort };
     if (this.history) this.calls.push(call);
     const answer = (reply: ApiReply): void => {
       call.reply = reply;
