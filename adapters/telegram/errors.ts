@@ -4,6 +4,7 @@
  * node-fetch copies the URL into its error messages).
  */
 import { PlatformError, type PlatformErrorCode } from "../../src/channels/types.js";
+import { reachedServer } from "../../src/util/http-post.js";
 
 /** The Bot API's error envelope (`ok: false`), as carried by telegraf's TelegramError.response. */
 export interface ApiFailure {
@@ -82,5 +83,8 @@ export function toPlatformError(err: unknown, method: string, token: string): Pl
   let message = `${method} failed: ${describeError(err, token)}`;
   const migrated = apiFailureOf(err)?.parameters?.migrate_to_chat_id;
   if (migrated !== undefined) message += ` (chat migrated to ${migrated})`;
-  return new PlatformError("telegram", code, message, { cause: scrubError(err, token), retryAfterMs });
+  // No answer to a request Telegram had in full: it may have been carried out.
+  const outcomeUnknown = reachedServer(err);
+  if (outcomeUnknown) message += " (the request had reached Telegram: its outcome is unknown)";
+  return new PlatformError("telegram", code, message, { cause: scrubError(err, token), retryAfterMs, outcomeUnknown });
 }

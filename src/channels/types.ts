@@ -90,12 +90,18 @@ export class PlatformError extends Error {
   readonly channel: ChannelId;
   readonly code: PlatformErrorCode;
   readonly retryAfterMs?: number;
-  constructor(channel: ChannelId, code: PlatformErrorCode, message: string, opts: { cause?: unknown; retryAfterMs?: number } = {}) {
+  /**
+   * The request reached the platform and no answer came: it may have been delivered. Repeating it
+   * is safe only where the platform dedupes (ChannelAdapter.idempotentSends).
+   */
+  readonly outcomeUnknown: boolean;
+  constructor(channel: ChannelId, code: PlatformErrorCode, message: string, opts: { cause?: unknown; retryAfterMs?: number; outcomeUnknown?: boolean } = {}) {
     super(`${channel}: ${message}`, { cause: opts.cause });
     this.name = "PlatformError";
     this.channel = channel;
     this.code = code;
     this.retryAfterMs = opts.retryAfterMs;
+    this.outcomeUnknown = opts.outcomeUnknown ?? false;
   }
   /** transport and rate limits are worth retrying; the rest is permanent. */
   get retryable(): boolean {

@@ -412,6 +412,16 @@ export class Outbox {
       record.attempted = undefined;
       const perr = err instanceof PlatformError ? err : new PlatformError(record.target.channel, "transport", errorMessage(err), { cause: err });
       record.error = perr.message;
+      // As after a crash mid-send (reconcile): a chunk that may have arrived is not sent again
+      // where the platform would not dedupe it — a duplicate is worse than a reply marked unknown.
+      if (perr.outcomeUnknown && !adapter.idempotentSends) {
+        log.warn({ err: perr.message, chunk: record.next }, "send failed after it reached the platform; chunk not re-sent (unknown_after_send)");
+        record.unknownChunks = [...(record.unknownChunks ?? []), record.next];
+        record.next++;
+        record.attempts = 0;
+        if (record.next < chunks.length) await this.persist(record);
+        return "next";
+      }
       // Outages are retried (capped backoff) for hours: a reply is worth more late than lost.
       if (!perr.retryable || record.attempts >= (this.deps.maxAttempts ?? 50) || this.now() - record.createdAt > (this.deps.maxAgeMs ?? 6 * 3600_000)) {
         log.error({ err: perr.message, code: perr.code, attempts: record.attempts }, "delivery failed");

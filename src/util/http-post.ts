@@ -33,6 +33,19 @@ export interface PostResponse {
   text: string;
 }
 
+/** Failures of requests that may have been acted on (see reachedServer). */
+const reached = new WeakSet<object>();
+
+/**
+ * Whether a failed postBody's request may have been acted on by the server: its bytes had all
+ * been handed to the socket before it failed. A request that failed before that was never
+ * complete, so no server acted on it; nor did one on a kept-alive socket reset before any answer
+ * (the server had closed the idle connection: Node's own advice is to retry those).
+ */
+export function reachedServer(err: unknown): boolean {
+  return typeof err === "object" && err !== null && reached.has(err);
+}
+
 export function postBody(url: URL, body: Buffer, opts: PostOptions): Promise<PostResponse> {
   return new Promise((resolveCall, rejectCall) => {
     const { signal } = opts;
@@ -47,11 +60,19 @@ export function postBody(url: URL, body: Buffer, opts: PostOptions): Promise<Pos
       signal?.removeEventListener("abort", onAbort);
       return first;
     };
+    let flushed = false;
+    let answered = false;
     const resolve = (v: PostResponse) => settle() && resolveCall(v);
-    const reject = (err: unknown) => settle() && rejectCall(err);
+    const reject = (err: unknown) => {
+      const code = (err as NodeJS.ErrnoException | undefined)?.code;
+      const idleSocketClosed = req.reusedSocket && !answered && (code === "ECONNRESET" || code === "EPIPE");
+      if (flushed && !idleSocketClosed && typeof err === "object" && err !== null) reached.add(err);
+      return settle() && rejectCall(err);
+    };
     if (opts.onWire) process.nextTick(opts.onWire);
     const headers = { ...opts.headers, "content-length": body.length };
     const req = (url.protocol === "https:" ? https : http).request(url, { method: "POST", agent: opts.agent, headers, timeout: opts.timeoutMs }, (res) => {
+      answered = true;
       const chunks: Buffer[] = [];
       let size = 0;
       res.on("data", (c: Buffer) => {
@@ -65,6 +86,7 @@ export function postBody(url: URL, body: Buffer, opts: PostOptions): Promise<Pos
       res.on("error", reject);
       res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString("utf8") }));
     });
+    req.once("finish", () => (flushed = true));
     req.on("timeout", () => req.destroy(new Error("Request timed out.")));
     req.on("error", reject);
     if (signal?.aborted) return onAbort();

@@ -10,7 +10,7 @@ import { TelegramError } from "telegraf";
 import { afterEach, describe, expect, it } from "vitest";
 import { createBotApi } from "../../adapters/telegram/bot-api.js";
 import { classify, toPlatformError } from "../../adapters/telegram/errors.js";
-import { postBody } from "../../src/util/http-post.js";
+import { postBody, reachedServer } from "../../src/util/http-post.js";
 
 const TOKEN = "123456:SECRET-token_value";
 /** "hang" never answers; `write` answers by hand (a body in pieces, a connection cut). */
@@ -141,14 +141,33 @@ describe("Bot API calls without telegraf's fetch stack", () => {
     expect(toPlatformError(err, "sendMessage", TOKEN)).toMatchObject({ code: "forbidden", retryable: false });
   });
 
-  it("R3 a refused connection is a transport error whose message and stack hold no token", async () => {
+  it("R3 a refused connection is a transport error whose message and stack hold no token; it never reached Telegram, so it may be repeated", async () => {
     const { root } = await server(() => ({ status: 200, body: "{}" }));
     servers[0].close();
     await new Promise((r) => setTimeout(r, 10));
     const err = await failure(createBotApi(root, TOKEN)("sendMessage", {}, { agent: agent() }));
     const perr = toPlatformError(err, "sendMessage", TOKEN);
     expect(perr.code).toBe("transport");
+    expect(perr.outcomeUnknown).toBe(false);
     expect(`${perr.message} ${perr.stack} ${String(err)}`).not.toContain("SECRET");
+  });
+
+  it("a connection cut after Telegram had the whole request, before any answer, leaves the outcome unknown: the send may have gone", async () => {
+    const { root, seen } = await server(() => ({ write: (res) => res.socket?.destroy() }));
+    const err = await failure(createBotApi(root, TOKEN)("sendMessage", { chat_id: 1, text: "hi" }, { agent: agent() }));
+    expect(seen).toHaveLength(1);
+    expect(toPlatformError(err, "sendMessage", TOKEN)).toMatchObject({ code: "transport", outcomeUnknown: true, message: expect.stringContaining("outcome is unknown") });
+  });
+
+  it("a kept-alive connection reset before any answer is the server having closed it while idle: the outcome is known (not carried out), the send may be repeated", async () => {
+    let calls = 0;
+    const { root } = await server(() => (++calls === 1 ? { status: 200, body: '{"ok":true,"result":{"message_id":1}}' } : { write: (res) => res.socket?.resetAndDestroy() }));
+    const api = createBotApi(root, TOKEN);
+    const kept = agent();
+    await api("sendMessage", { chat_id: 1, text: "one" }, { agent: kept });
+    const err = await failure(api("sendMessage", { chat_id: 1, text: "two" }, { agent: kept }));
+    expect((err as NodeJS.ErrnoException).code).toBe("ECONNRESET");
+    expect(toPlatformError(err, "sendMessage", TOKEN)).toMatchObject({ code: "transport", outcomeUnknown: false });
   });
 
   it("T2 an aborted call (the poller stopping) rejects with the signal's reason and leaves no request hanging", async () => {
@@ -186,14 +205,30 @@ describe("postBody bounds", () => {
     expect(JSON.parse(res.text)).toEqual({ text: "😀" });
   });
 
-  it("a response cut off mid-body fails the call instead of hanging it", async () => {
-    const { root } = await server(() => ({
-      write: (res) => {
-        res.writeHead(200, { "content-length": 1000 });
-        res.write('{"ok":true,', () => res.socket?.destroy());
-      },
-    }));
-    await expect(postBody(new URL(root), Buffer.from("{}"), { agent: agent(), headers: {}, timeoutMs: 5000, maxResponseBytes: 10_000 })).rejects.toThrow();
+  it("a response cut off mid-body fails the call instead of hanging it; the request had been acted on", async () => {
+    let calls = 0;
+    const { root } = await server(() =>
+      ++calls === 1
+        ? { status: 200, body: "{}" }
+        : {
+            write: (res) => {
+              res.writeHead(200, { "content-length": 1000 });
+              res.write('{"ok":true,', () => res.socket?.resetAndDestroy());
+            },
+          },
+    );
+    // On a kept-alive connection too: an answer had begun, so the server had the request.
+    const kept = agent();
+    const post = () => postBody(new URL(root), Buffer.from("{}"), { agent: kept, headers: {}, timeoutMs: 5000, maxResponseBytes: 10_000 });
+    await post();
+    const err = await failure(post());
+    expect(reachedServer(err)).toBe(true);
+  });
+
+  it("a server that never answers a whole request times out with the outcome unknown", async () => {
+    const { root } = await server(() => "hang");
+    const err = await failure(postBody(new URL(root), Buffer.from("{}"), { agent: agent(), headers: {}, timeoutMs: 100, maxResponseBytes: 1000 }));
+    expect(reachedServer(err)).toBe(true);
   });
 
   it("S6 onWire runs once, before the server sees the request, even when the call then fails", async () => {

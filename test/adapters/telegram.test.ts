@@ -8,6 +8,7 @@ import { createTelegramAdapter, type TelegramAdapter, type TelegramAdapterOption
 import { type AdapterKv, type InboundMessage, type OutboundTarget, PlatformError } from "../../src/channels/types.js";
 import { ConfigSchema, type TelegramConfig } from "../../src/config/schema.js";
 import { type ApiReply, errors, FakeTelegramBotApi, fakeUser, groupChat, ok, privateChat, supergroupChat, waitFor } from "../fakes/telegram-bot-api.js";
+import { startHarness } from "../helpers/harness.js";
 
 class MemoryKv implements AdapterKv {
   readonly map = new Map<string, unknown>();
@@ -659,5 +660,29 @@ describe("telegram adapter: stop", () => {
     // The handler never settles: stop() returns once the grace is over, or the test times out.
     await h.adapter.stop();
     expect(h.adapter.health().connected).toBe(false);
+  });
+});
+
+describe("telegram end to end: a reply that may have arrived", () => {
+  it("a sendMessage whose connection drops after Telegram had the whole request is not sent again (a duplicate is worse); it is recorded unknown_after_send, and the chat's next reply goes", async () => {
+    const api = new FakeTelegramBotApi({ maxLongPollMs: 200 });
+    const apiRoot = await api.start();
+    const h = await startHarness({ config: { channels: { telegram: { enabled: true, botToken: api.token, apiRoot, pollTimeoutSeconds: 1 } } } });
+    cleanups.push(async () => {
+      await h.stop();
+      await api.stop();
+    });
+    await api.waitForCall("getUpdates");
+    api.failNext("sendMessage", { destroySocket: true });
+    const ada = fakeUser("Ada", { id: 7001 });
+    api.injectText({ chat: privateChat(ada), from: ada, text: "first" });
+    await waitFor(() => api.callsTo("sendMessage").length === 1, 10_000, "the first reply's send");
+    api.injectText({ chat: privateChat(ada), from: ada, text: "second" });
+    await waitFor(() => api.sent.some((m) => m.text === "echo: second"), 10_000, "the second reply");
+    await h.app.router.idle();
+    expect(api.callsTo("sendMessage").map((c) => c.body.text)).toEqual(["echo: first", "echo: second"]);
+    const entry = h.app.sessions.get("agent:main:main")!;
+    const deliveries = (await h.app.transcripts.readLines(h.app.sessions.transcriptPath(entry))).filter((l) => l.type === "delivery");
+    expect(deliveries.map((d) => d.status)).toEqual(["unknown_after_send", "sent"]);
   });
 });

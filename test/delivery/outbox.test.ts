@@ -427,6 +427,29 @@ describe("outbox — the one outbound gate", () => {
     expect(outbox.failed).toBe(1);
   });
 
+  it("a send that failed after its request reached the platform (outcome unknown) is not repeated where the platform does not dedupe: that chunk is unknown_after_send, the rest go", async () => {
+    const waits: number[] = [];
+    const { outbox, adapter, sessions, transcripts } = await setup({ clock: { now: Date.now, sleep: async (ms) => void waits.push(ms) } });
+    await sessions.upsert(KEY, "main", { chatType: "group", channel: "telegram" });
+    adapter.failures.push(new PlatformError("telegram", "transport", "socket hang up", { outcomeUnknown: true }));
+    const { done } = await outbox.enqueue({ id: "doubt", sessionKey: KEY, target, text: `${"a".repeat(40)} ${"b".repeat(40)} ${"c".repeat(40)}`, kind: "reply" });
+    expect(await done).toMatchObject({ status: "sent", unknownChunks: [0] });
+    expect(adapter.idempotencyKeys).toEqual(["doubt#0", "doubt#1", "doubt#2"]);
+    expect(adapter.sent.map((m) => m.text)).toEqual(["b".repeat(40), "c".repeat(40)]);
+    expect(waits).toEqual([]);
+    await transcripts.flush();
+    const lines = await transcripts.readLines(sessions.transcriptPath(sessions.get(KEY)!));
+    expect(lines.filter((l) => l.type === "delivery")).toMatchObject([{ status: "unknown_after_send", outboxId: "doubt" }]);
+  });
+
+  it("where the platform dedupes by idempotency key, a send whose outcome is unknown is repeated under the same key", async () => {
+    const adapter = Object.assign(new RecordingAdapter("telegram", "default", 50), { idempotentSends: true });
+    const { outbox } = await setup({ adapter });
+    adapter.failures.push(new PlatformError("telegram", "transport", "socket hang up", { outcomeUnknown: true }));
+    expect(await (await outbox.enqueue({ id: "safe", target, text: "hi", kind: "reply" })).done).toEqual({ status: "sent", id: "safe", messageIds: ["1"] });
+    expect(adapter.idempotencyKeys).toEqual(["safe#0", "safe#0"]);
+  });
+
   it("after a crash mid-send the attempted chunk is reconciled, not re-sent, and the rest continue", async () => {
     const { adapter, outbox, sessions, transcripts } = await resumeAfterRestart(
       { ...interrupted("crashy", ["part one", "part two", "part three"], 1), sessionKey: KEY },
