@@ -113,6 +113,14 @@ async function call(opts: ClientOpts, method: string, params: unknown, render: (
 }
 
 /** " (2 waiting to retry after an I/O failure, 1 failed: resumed at the next start, …)", or "". */
+function outboxTrouble(counts: { failed: number; unknown?: number }): string {
+  const parts = [
+    ...(counts.failed ? [`${counts.failed} failed since start`] : []),
+    ...(counts.unknown ? [`${counts.unknown} possibly not delivered, not sent again to avoid a duplicate`] : []),
+  ];
+  return parts.length ? ` (${parts.join(", ")}, see the log)` : "";
+}
+
 function inboundTrouble(counts: { retrying: number; failed: number; givenUp?: number }): string {
   const parts = [
     ...(counts.retrying ? [`${counts.retrying} waiting to retry after an I/O failure`] : []),
@@ -153,7 +161,7 @@ clientOptions(program.command("status").description("channel health, run counts,
   call(opts, "health", {}, (p) =>
     [
       `switchboard ${p.version} — up ${Math.round(p.uptimeMs / 1000)} s, ${p.sessions} sessions, model ${p.model ?? "none"}`,
-      `runs: ${p.runs.running} running, ${p.runs.queued} queued; inbound: ${p.inbound.pending} pending${inboundTrouble(p.inbound)}; outbox: ${p.outbox.pending} pending${p.outbox.failed ? ` (${p.outbox.failed} failed since start, see the log)` : ""}`,
+      `runs: ${p.runs.running} running, ${p.runs.queued} queued; inbound: ${p.inbound.pending} pending${inboundTrouble(p.inbound)}; outbox: ${p.outbox.pending} pending${outboxTrouble(p.outbox)}`,
       ...Object.entries(p.channels).map(([name, h]: [string, any]) => `${name}: ${h.connected ? "connected" : "disconnected"}${h.lastInboundAt ? `, last inbound ${new Date(h.lastInboundAt).toISOString()}` : ""}${h.lastError ? `, last error: ${h.lastError}` : ""}`),
     ].join("\n"),
   ),

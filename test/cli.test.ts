@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { ChannelHealth } from "../src/channels/types.js";
+import { PlatformError, type ChannelHealth } from "../src/channels/types.js";
 import { MAX_RESUMES } from "../src/inbound/router.js";
 import { inbound, startHarness, type Harness } from "./helpers/harness.js";
 import { stateDirWithPending } from "./helpers/inbound-store.js";
@@ -47,6 +47,16 @@ describe("CLI gateway clients", () => {
     expect(await done).toMatchObject({ status: "failed" });
     const status = await run("node", [BIN, "status", "--url", h.url, "--token", "cli-token-123456"]);
     expect(status.stdout).toMatch(/outbox: 0 pending \(1 failed since start, see the log\)/);
+  });
+
+  it("status tells of replies that may not have arrived (cut off after they reached the platform), not sent again", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ adapters: [telegram], config: { gateway: { auth: { token: "cli-token-123456" } } } });
+    telegram.failures.push(new PlatformError("telegram", "transport", "socket hang up", { outcomeUnknown: true }));
+    const { done } = await h.app.outbox.enqueue({ id: "in-doubt", target: { channel: "telegram", accountId: "default", to: "1" }, text: "hello", kind: "send" });
+    expect(await done).toMatchObject({ status: "sent", unknownChunks: [0] });
+    const status = await run("node", [BIN, "status", "--url", h.url, "--token", "cli-token-123456"]);
+    expect(status.stdout).toMatch(/outbox: 0 pending \(1 possibly not delivered, not sent again to avoid a duplicate, see the log\)/);
   });
 
   it("status says a channel that failed to start is disconnected, with its error; the daemon runs on without it", async () => {

@@ -126,6 +126,7 @@ export class Outbox {
   private stopped = false;
   private inflight = 0;
   private failedHere = 0;
+  private unknownHere = 0;
   private lastCreatedAt = 0;
   /** The accepting write of a message just enqueued, until it has committed. */
   private readonly accepting = new Map<string, Promise<void>>();
@@ -191,6 +192,14 @@ export class Outbox {
   /** Messages whose delivery failed in this process (`health`, `status`): the log says why. */
   get failed(): number {
     return this.failedHere;
+  }
+
+  /**
+   * Messages finished in this process with a chunk that may or may not have arrived (a send cut
+   * off after it reached the platform, or by a restart), not sent again (`health`, `status`).
+   */
+  get unknown(): number {
+    return this.unknownHere;
   }
 
   /** Messages not yet finished (queue depth for `status`). */
@@ -362,6 +371,7 @@ export class Outbox {
       const next = await this.sendChunk(record, adapter, limits, ticket, log).finally(() => this.limiter.settle(ticket));
       if (next === "stop") return;
     }
+    if (record.unknownChunks?.length) this.unknownHere++;
     await this.finish(record, "sent");
     await this.recordDelivery(record, record.unknownChunks?.length ? "unknown_after_send" : "sent");
   }

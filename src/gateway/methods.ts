@@ -263,7 +263,7 @@ export function createHandlers(app: App, version: string): Handlers {
     async health() {
       const channels: Record<string, unknown> = {};
       for (const [name, adapter] of app.adapters) channels[name] = adapter.health();
-      return { ok: true, ts: Date.now(), version, uptimeMs: Date.now() - app.startedAt, channels, runs: app.runtime.counts(), inbound: app.router.counts, outbox: { pending: app.outbox.pending, failed: app.outbox.failed }, sessions: sessions().size, model: app.models.configured ? app.models.defaultRef(app.defaultAgentId) ?? null : null };
+      return { ok: true, ts: Date.now(), version, uptimeMs: Date.now() - app.startedAt, channels, runs: app.runtime.counts(), inbound: app.router.counts, outbox: { pending: app.outbox.pending, failed: app.outbox.failed, unknown: app.outbox.unknown }, sessions: sessions().size, model: app.models.configured ? app.models.defaultRef(app.defaultAgentId) ?? null : null };
     },
 
     async status(p, ctx) {

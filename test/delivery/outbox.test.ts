@@ -434,6 +434,7 @@ describe("outbox — the one outbound gate", () => {
     adapter.failures.push(new PlatformError("telegram", "transport", "socket hang up", { outcomeUnknown: true }));
     const { done } = await outbox.enqueue({ id: "doubt", sessionKey: KEY, target, text: `${"a".repeat(40)} ${"b".repeat(40)} ${"c".repeat(40)}`, kind: "reply" });
     expect(await done).toMatchObject({ status: "sent", unknownChunks: [0] });
+    expect([outbox.unknown, outbox.failed]).toEqual([1, 0]);
     expect(adapter.idempotencyKeys).toEqual(["doubt#0", "doubt#1", "doubt#2"]);
     expect(adapter.sent.map((m) => m.text)).toEqual(["b".repeat(40), "c".repeat(40)]);
     expect(waits).toEqual([]);
@@ -459,6 +460,7 @@ describe("outbox — the one outbound gate", () => {
     );
     expect(adapter.sent.map((m) => m.text)).toEqual(["part three"]);
     expect(outbox.get("crashy")?.unknownChunks).toEqual([1]);
+    expect(outbox.unknown).toBe(1);
     // The id's outcome (a repeated gateway `send`) and the transcript both say which chunk is in doubt.
     expect(await (await outbox.enqueue({ id: "crashy", target, text: "", kind: "reply" })).done).toMatchObject({ status: "sent", unknownChunks: [1] });
     await transcripts.flush();

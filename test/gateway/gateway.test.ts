@@ -361,7 +361,7 @@ describe("gateway methods", () => {
     h = await startHarness();
     const c = await h.client();
     const health = await c.request("health", {});
-    expect(health).toMatchObject({ ok: true, channels: { "webchat:default": { connected: true } }, runs: { running: 0, queued: 0 }, inbound: { pending: 0, retrying: 0, failed: 0 }, outbox: { pending: 0, failed: 0 } });
+    expect(health).toMatchObject({ ok: true, channels: { "webchat:default": { connected: true } }, runs: { running: 0, queued: 0 }, inbound: { pending: 0, retrying: 0, failed: 0 }, outbox: { pending: 0, failed: 0, unknown: 0 } });
   });
 });
 
