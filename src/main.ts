@@ -112,7 +112,7 @@ async function call(opts: ClientOpts, method: string, params: unknown, render: (
   }
 }
 
-/** " (2 waiting to retry after an I/O failure, 1 failed: resumed at the next start, …)", or "". */
+/** " (1 failed since start, 2 possibly not delivered…, see the log)", or "". */
 function outboxTrouble(counts: { failed: number; unknown?: number }): string {
   const parts = [
     ...(counts.failed ? [`${counts.failed} failed since start`] : []),
@@ -121,6 +121,7 @@ function outboxTrouble(counts: { failed: number; unknown?: number }): string {
   return parts.length ? ` (${parts.join(", ")}, see the log)` : "";
 }
 
+/** " (2 waiting to retry after an I/O failure, 1 failed: resumed at the next start, …)", or "". */
 function inboundTrouble(counts: { retrying: number; failed: number; givenUp?: number }): string {
   const parts = [
     ...(counts.retrying ? [`${counts.retrying} waiting to retry after an I/O failure`] : []),
