@@ -371,9 +371,10 @@ export class Outbox {
       const next = await this.sendChunk(record, adapter, limits, ticket, log).finally(() => this.limiter.settle(ticket));
       if (next === "stop") return;
     }
-    if (record.unknownChunks?.length) this.unknownHere++;
+    const inDoubt = !!record.unknownChunks?.length;
+    if (inDoubt) this.unknownHere++;
     await this.finish(record, "sent");
-    await this.recordDelivery(record, record.unknownChunks?.length ? "unknown_after_send" : "sent");
+    await this.recordDelivery(record, inDoubt ? "unknown_after_send" : "sent");
   }
 
   /** One attempt at the record's next chunk, its rate-limit place granted: "stop" ends the record's sending. */

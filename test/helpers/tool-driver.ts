@@ -5,7 +5,7 @@
  * prompt (interfaces §4), so a test can script and count each step.
  */
 import { randomUUID } from "node:crypto";
-import { vi } from "vitest";
+import { expect, vi } from "vitest";
 import type { App } from "../../src/app.js";
 import { resolveRoute } from "../../src/inbound/route.js";
 import type { TranscriptMessage } from "../../src/sessions/transcript.js";
@@ -123,4 +123,16 @@ export async function settle(h: Harness): Promise<void> {
     if (h.app.runtime.counts().running + h.app.runtime.counts().queued > 0) throw new Error("runs still active");
     if (h.app.outbox.pending > 0) throw new Error("outbox not drained");
   }, { timeout: 10_000, interval: 20 });
+}
+
+/**
+ * Under fake timers installed before run `runId` started (its deadline among them), whose model
+ * never answers: it is still running a second before `limitMs` and times out a second after.
+ */
+export async function crossDeadline(h: Harness, runId: string, limitMs: number): Promise<void> {
+  await vi.waitFor(() => expect(h.app.runtime.get(runId)?.status).toBe("running"));
+  await vi.advanceTimersByTimeAsync(limitMs - 1000);
+  expect(h.app.runtime.get(runId)?.status).toBe("running");
+  await vi.advanceTimersByTimeAsync(2000);
+  await vi.waitFor(() => expect(h.app.runtime.get(runId)).toMatchObject({ status: "timeout" }));
 }

@@ -11,7 +11,7 @@ import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 import { openStoreDb } from "../helpers/store-db.js";
-import { call, callViaGateway, callViaTelegram, countSteps, lastUserText, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
+import { call, callViaGateway, callViaTelegram, countSteps, crossDeadline, lastUserText, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
 
 const REQ = "agent:main:telegram:group:-100req";
 const TGT = "agent:main:telegram:group:-100tgt";
@@ -245,12 +245,7 @@ describe("sessions_send: reply-back loop and announce", () => {
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"], shouldAdvanceTime: true });
     try {
       const result = await send({ sessionKey: TGT, message: "are you there?", timeoutSeconds: 5 });
-      const stepId = `${result.runId}:reply:1`;
-      await vi.waitFor(() => expect(h!.app.runtime.get(stepId)?.status).toBe("running"));
-      await vi.advanceTimersByTimeAsync(A2A_STEP_TIMEOUT_MS - 1000);
-      expect(h!.app.runtime.get(stepId)?.status).toBe("running");
-      await vi.advanceTimersByTimeAsync(2000);
-      await vi.waitFor(() => expect(h!.app.runtime.get(stepId)).toMatchObject({ status: "timeout" }));
+      await crossDeadline(h!, `${result.runId}:reply:1`, A2A_STEP_TIMEOUT_MS);
       await vi.waitFor(() => expect(telegram.textsTo("-100tgt")).toEqual(["announce after a silent step"]));
       expect(stepRequests("a2a-reply")).toHaveLength(1);
     } finally {
