@@ -81,7 +81,9 @@ export class Poller {
     while (!this.stopped) {
       let updates: TgUpdate[];
       try {
-        updates = await this.fetch();
+        // After a failure the first poll is a short one: it answers at once, so a restored
+        // connection shows as connected now rather than when a quiet long poll ends (30 s).
+        updates = await this.fetch(pollFailures > 0 ? 0 : this.deps.timeoutSeconds);
         this.deps.onPollOk();
         pollFailures = 0;
       } catch (err) {
@@ -111,19 +113,19 @@ export class Poller {
     }
   }
 
-  private async fetch(): Promise<TgUpdate[]> {
+  private async fetch(timeoutSeconds: number): Promise<TgUpdate[]> {
     const request = new AbortController();
     const onStop = (): void => request.abort();
     this.stopper.signal.addEventListener("abort", onStop, { once: true });
-    const watchdog = setTimeout(() => request.abort(), this.deps.timeoutSeconds * 1000 + WATCHDOG_SLACK_MS);
+    const watchdog = setTimeout(() => request.abort(), timeoutSeconds * 1000 + WATCHDOG_SLACK_MS);
     try {
-      const params: GetUpdatesParams = { timeout: this.deps.timeoutSeconds, allowed_updates: this.deps.allowedUpdates };
+      const params: GetUpdatesParams = { timeout: timeoutSeconds, allowed_updates: this.deps.allowedUpdates };
       if (this.offset !== undefined) params.offset = this.offset;
       const result = await this.deps.getUpdates(params, request.signal);
       return Array.isArray(result) ? result : [];
     } catch (err) {
       if (request.signal.aborted && !this.stopped) {
-        throw new Error(`getUpdates: no answer within ${this.deps.timeoutSeconds}s + ${WATCHDOG_SLACK_MS / 1000}s, connection presumed dead`, { cause: err });
+        throw new Error(`getUpdates: no answer within ${timeoutSeconds}s + ${WATCHDOG_SLACK_MS / 1000}s, connection presumed dead`, { cause: err });
       }
       throw err;
     } finally {

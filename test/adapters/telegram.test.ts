@@ -432,6 +432,15 @@ describe("telegram adapter: polling errors (health and connections)", () => {
     expect(h.adapter.health().connected).toBe(true);
   });
 
+  it("R4 after a failed poll the next one is short, so health shows connected again without waiting out a quiet long poll", async () => {
+    const api = await newApi();
+    api.failNext("getUpdates", errors.badGateway);
+    const h = await boot({ api });
+    // No message arrives: only a poll that answers at once can show the connection restored.
+    await waitFor(() => h.adapter.health().connected && api.callsTo("getUpdates").length >= 3, 5000, "connected again");
+    expect(api.callsTo("getUpdates").map((c) => (c.body as { timeout: number }).timeout)).toEqual([30, 0, 30]);
+  });
+
   it("R5 a failed poll is retried on a fresh connection, not on the kept-alive socket that may be the stuck part", async () => {
     const api = await newApi();
     api.failNext("getUpdates", errors.badGateway);
