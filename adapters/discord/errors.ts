@@ -34,11 +34,19 @@ function classifyApiError(status: number, code: number | string): PlatformErrorC
   return "invalid";
 }
 
+/**
+ * The other closes @discordjs/ws does not reconnect from (4010, 4011, 4012, 4013): as permanent as a
+ * bad token, and a login retried on them would spend an IDENTIFY each time (1000 a day; Discord
+ * resets the token of a bot that exceeds them).
+ */
+const FATAL_GATEWAY_ERRORS = new Set(["Invalid shard", "Sharding is required", "Used an invalid API version", "Used invalid intents"]);
+
 function gatewayCode(err: Error): PlatformErrorCode | null {
   if (err instanceof DiscordjsError && err.code === DiscordjsErrorCodes.TokenInvalid) return "auth";
   // @discordjs/ws reports fatal close codes as plain Errors: 4004 and 4014.
   if (err.message === "Authentication failed") return "auth";
   if (err.message === "Used disallowed intents") return "forbidden";
+  if (FATAL_GATEWAY_ERRORS.has(err.message)) return "invalid";
   return null;
 }
 

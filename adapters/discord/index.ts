@@ -4,6 +4,7 @@
  */
 import { Client, Events, GatewayIntentBits, Partials, Routes, type APIMessage, type RESTPostAPIChannelMessageJSONBody } from "discord.js";
 import { createHash } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { AdapterContext, ChannelAdapter, ChannelHealth, InboundMessage, OutboundTarget, RateLimit, SendOptions, SendReceipt } from "../../src/channels/types.js";
 import { PlatformError } from "../../src/channels/types.js";
 import type { DiscordConfig } from "../../src/config/schema.js";
@@ -38,13 +39,26 @@ export function discordRateLimits(to: string): RateLimit[] {
   ];
 }
 
-export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext): ChannelAdapter {
+export interface DiscordAdapterOptions {
+  /**
+   * Wait before login attempt `attempt + 1` after a retryable failure (Discord's API or the
+   * network down at start-up). Default: 1 s doubling up to 60 s.
+   */
+  loginRetryDelayMs?: (attempt: number) => number;
+}
+
+const defaultLoginRetryDelayMs = (attempt: number) => Math.min(60_000, 1000 * 2 ** Math.min(attempt, 6));
+
+export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext, options: DiscordAdapterOptions = {}): ChannelAdapter {
   const log = ctx.log.child({ channel: "discord", accountId: config.accountId });
+  const loginRetryDelayMs = options.loginRetryDelayMs ?? defaultLoginRetryDelayMs;
   const clean = (text: string) => redact(text, config.token);
   const health: ChannelHealth = { connected: false, lastInboundAt: null, lastError: null };
   let client: Client | null = null;
   let starting: Promise<void> | null = null;
   let cancelStart: ((reason: PlatformError) => void) | null = null;
+  /** Aborted by stop(): ends the start in progress, also while it waits to retry its login. */
+  let startAbort: AbortController | null = null;
   const loggingIn = new WeakSet<Client>();
 
   const noteError = (err: unknown, what: string) => {
@@ -168,6 +182,28 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext)
     if (config.registerCommands) await register(c);
   }
 
+  /**
+   * login() fails for good on a network error or a 5xx of `GET /gateway/bot` (discord.js retries
+   * neither beyond @discordjs/rest's immediate tries), so a daemon started while the network or
+   * Discord's API was down stayed without Discord until restarted. A retryable failure is tried
+   * again with backoff, as Telegram and WhatsApp do; a rejected token or intent is not (it fails
+   * start() at once, for the operator to see).
+   */
+  async function connectRetrying(signal: AbortSignal): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await connect();
+      } catch (err) {
+        const failure = toPlatformError(err, config.token);
+        if (!failure.retryable || signal.aborted) throw failure;
+        const delayMs = Math.max(failure.retryAfterMs ?? 0, loginRetryDelayMs(attempt));
+        log.warn({ err: clean(failure.message), attempt: attempt + 1, retryInMs: delayMs }, "discord: not reachable yet; retrying login");
+        await sleep(delayMs, undefined, { signal }).catch(() => undefined);
+        if (signal.aborted) throw new PlatformError("discord", "transport", "stopped while starting");
+      }
+    }
+  }
+
   return {
     channel: "discord",
     accountId: config.accountId,
@@ -177,8 +213,11 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext)
       if (client && !starting) return Promise.resolve();
       // Concurrent callers share one login; a failed start leaves nothing behind and can be retried.
       if (!starting) {
-        const login: Promise<void> = connect().finally(() => {
+        const abort = new AbortController();
+        startAbort = abort;
+        const login: Promise<void> = connectRetrying(abort.signal).finally(() => {
           if (starting === login) starting = null;
+          if (startAbort === abort) startAbort = null;
         });
         starting = login;
       }
@@ -189,6 +228,8 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext)
       const c = client;
       client = null;
       health.connected = false;
+      startAbort?.abort();
+      startAbort = null;
       cancelStart?.(new PlatformError("discord", "transport", "stopped while starting"));
       // That start is over for its callers: a start() from here on logs in afresh.
       starting = null;

@@ -65,10 +65,11 @@ export function channelFacts(channel: AnyChannel): ChannelFacts {
 
 /**
  * A leading bot mention is addressing, not content ("@bot /send off" must read as "/send off");
- * later ones become the bot's name so the sentence still reads.
+ * later ones become the bot's name so the sentence still reads. `roleId`: the bot's managed role
+ * in this guild, whose mention addresses the bot the same way.
  */
-export function stripBotMention(text: string, self: Pick<Self, "botId" | "botName">): string {
-  const mention = `<@!?${self.botId}>`;
+export function stripBotMention(text: string, self: Pick<Self, "botId" | "botName">, roleId?: string): string {
+  const mention = roleId ? `(?:<@!?${self.botId}>|<@&${roleId}>)` : `<@!?${self.botId}>`;
   return text
     .replace(new RegExp(`^(\\s*${mention}[\\s,:]*)+`), "")
     .replace(new RegExp(mention, "g"), `@${self.botName}`)
@@ -79,10 +80,19 @@ function isForwarded(message: Message): boolean {
   return message.reference?.type === MessageReferenceType.Forward || message.messageSnapshots.size > 0;
 }
 
+/**
+ * The bot's managed role (Discord creates one, named like the bot, when it joins a guild), if
+ * this message mentions it. Discord's @-autocomplete offers it beside the bot user and renders
+ * both alike, so users often address the bot through it: `<@&role>`, absent from `mentions`.
+ */
+function mentionedBotRole(message: Message, self: Self): string | undefined {
+  return message.mentions.roles.find((role) => role.tags?.botId === self.botId)?.id;
+}
+
 function messageText(message: Message, self: Self): string {
   // A forward's own content is empty; what was forwarded lives in the snapshot.
   const snapshot = isForwarded(message) ? message.messageSnapshots.first()?.content : undefined;
-  const body = stripBotMention(message.content || snapshot || "", self);
+  const body = stripBotMention(message.content || snapshot || "", self, mentionedBotRole(message, self));
   const files = [...message.attachments.values()].map((a) => `[attachment: ${a.name}] ${a.url}`);
   return [body, ...files].filter(Boolean).join("\n");
 }
@@ -104,7 +114,8 @@ export function mapMessage(message: Message, self: Self): InboundMessage | null 
     text,
     messageId: message.id,
     // A forward carries someone else's mentions; replying to the bot counts as addressing it.
-    wasMentioned: !forwarded && (message.mentions.users.has(self.botId) || message.mentions.repliedUser?.id === self.botId),
+    wasMentioned:
+      !forwarded && (message.mentions.users.has(self.botId) || mentionedBotRole(message, self) !== undefined || message.mentions.repliedUser?.id === self.botId),
     timestamp: message.createdTimestamp,
     ...(forwarded ? { forwarded: true } : {}),
   };

@@ -33,6 +33,11 @@ describe("toPlatformError", () => {
     [tokenInvalid, "auth"],
     [new Error("Authentication failed"), "auth"],
     [new Error("Used disallowed intents"), "forbidden"],
+    // The other gateway closes @discordjs/ws will not reconnect from: retrying only spends identifies.
+    [new Error("Invalid shard"), "invalid"],
+    [new Error("Sharding is required"), "invalid"],
+    [new Error("Used an invalid API version"), "invalid"],
+    [new Error("Used invalid intents"), "invalid"],
     ["a string", "transport"],
   ] as const)("%s → %s", (err, code) => {
     const mapped = toPlatformError(err);
@@ -132,7 +137,7 @@ describe("mapMessage", () => {
       channel: { id: "c1", type: ChannelType.GuildText, name: "general", isThread: () => false },
       content: "<@7> summarise this",
       attachments: new Collection(),
-      mentions: { users: new Collection([["7", { id: "7" }]]), repliedUser: null },
+      mentions: { users: new Collection([["7", { id: "7" }]]), roles: new Collection(), repliedUser: null },
       member: null,
       createdTimestamp: 1_700_000_000_000,
       reference: null,
@@ -155,7 +160,7 @@ describe("mapMessage", () => {
   });
 
   it("a reply to another user's message is not a mention of the bot", () => {
-    const reply = guildMessage({ content: "agreed", mentions: { users: new Collection([["43", { id: "43" }]]), repliedUser: { id: "43" } } });
+    const reply = guildMessage({ content: "agreed", mentions: { users: new Collection([["43", { id: "43" }]]), roles: new Collection(), repliedUser: { id: "43" } } });
     expect(mapMessage(reply, self)?.wasMentioned).toBe(false);
   });
 

@@ -4,7 +4,7 @@
  */
 import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { createDiscordAdapter } from "../../adapters/discord/index.js";
+import { createDiscordAdapter, type DiscordAdapterOptions } from "../../adapters/discord/index.js";
 import { PlatformError, type AdapterKv, type ChannelAdapter, type InboundMessage, type NativeCommand, type OutboundTarget } from "../../src/channels/types.js";
 import { ConfigSchema, type DiscordConfig } from "../../src/config/schema.js";
 import { FakeDiscord, type FakeDiscordOptions } from "../fakes/discord-api.js";
@@ -55,6 +55,7 @@ function makeAdapter(
     onNativeCommand?: ((cmd: NativeCommand) => Promise<string>) | null;
     /** Runs as the core starts accepting each message, before it is recorded in `inbound`. */
     beforeAccept?: (msg: InboundMessage) => Promise<void>;
+    adapter?: DiscordAdapterOptions;
   } = {},
 ): Harness {
   const kv = opts.kv ?? memoryKv();
@@ -75,7 +76,7 @@ function makeAdapter(
       inbound.push(msg);
     },
     ...(onNativeCommand ? { onNativeCommand } : {}),
-  });
+  }, opts.adapter);
   cleanups.push(() => adapter.stop());
   return { fake, adapter, kv, inbound, commands };
 }
@@ -180,6 +181,44 @@ describe("discord adapter: login and slash command registration", () => {
     expect(h.adapter.health().lastError).toMatch(/login failed/);
     expect(h.adapter.health().lastError).not.toContain("wrong-secret-token");
     expect((err as PlatformError).message).not.toContain("wrong-secret-token");
+  });
+
+  it("Discord's API unreachable at start (5xx, network) is retried in the background: start() resolves once logged in, and messages arrive", async () => {
+    const fake = await startFake();
+    // @discordjs/rest tries a 5xx four times itself, then login() fails: two failed logins in a row.
+    fake.failNext("GET /gateway/bot", { status: 503, body: { message: "503: Service Unavailable", code: 0 } }, 8);
+    const h = makeAdapter(fake, { adapter: { loginRetryDelayMs: () => 20 } });
+    await h.adapter.start();
+    const statuses = fake.callsTo("GET /gateway/bot").map((c) => c.status);
+    expect(statuses.slice(0, 8)).toEqual(Array(8).fill(503));
+    expect(statuses.at(-1)).toBe(200);
+    expect(h.adapter.health().connected).toBe(true);
+    await deliverBarrier(h);
+  });
+
+  it("a gateway close that retrying cannot fix (4011 sharding required) fails start() after one IDENTIFY: identifies count against Discord's daily limit", async () => {
+    const fake = await startFake();
+    fake.refuseIdentify({ code: 4011, reason: "Sharding required." });
+    const h = makeAdapter(fake, { adapter: { loginRetryDelayMs: () => 20 } });
+    await expect(h.adapter.start()).rejects.toMatchObject({ name: "PlatformError", retryable: false, message: expect.stringContaining("Sharding is required") });
+    expect(fake.framesWithOp(2)).toHaveLength(1);
+    expect(h.adapter.health()).toMatchObject({ connected: false, lastError: expect.stringContaining("login failed") });
+  });
+
+  it("stop() while a failed login waits to be retried ends start() and logs in no more", async () => {
+    const fake = await startFake();
+    fake.failNext("GET /gateway/bot", { status: 503, body: { message: "503: Service Unavailable", code: 0 } }, 4);
+    // A wait longer than the test's timeout: only stop() can end it.
+    const h = makeAdapter(fake, { adapter: { loginRetryDelayMs: () => 60_000 } });
+    const starting = h.adapter.start();
+    await vi.waitFor(() => expect(h.adapter.health().lastError).toMatch(/login failed: discord: HTTP 503/), waitOpts);
+    await h.adapter.stop();
+    await expect(starting).rejects.toMatchObject({ name: "PlatformError", code: "transport" });
+    expect(fake.callsTo("GET /gateway/bot")).toHaveLength(4);
+    expect(fake.openSockets).toBe(0);
+    // And a later start() logs in at once.
+    await h.adapter.start();
+    expect(h.adapter.health().connected).toBe(true);
   });
 
   it("an app without the approved MessageContent intent fails start() with forbidden (gateway close 4014)", async () => {
@@ -296,6 +335,22 @@ describe("discord adapter: inbound mapping", () => {
     expect(reply.mentions).toEqual([]);
     await vi.waitFor(() => expect(h.inbound).toHaveLength(4), waitOpts);
     expect(h.inbound[3]).toMatchObject({ text: "thanks!", wasMentioned: true });
+  });
+
+  it("a mention of the bot's managed role (what Discord's @-autocomplete often picks) is a mention, stripped like one; another role or @everyone is not", async () => {
+    const h = await started();
+    const { ids } = h.fake;
+    h.fake.injectMessage({ channelId: ids.general, content: `<@&${ids.botRole}> /send off` });
+    h.fake.injectMessage({ channelId: ids.general, content: `what do you think, <@&${ids.botRole}>?` });
+    h.fake.injectMessage({ channelId: ids.general, content: `<@&${ids.staffRole}> please look` });
+    h.fake.injectMessage({ channelId: ids.general, content: "@everyone meeting now" });
+    await vi.waitFor(() => expect(h.inbound).toHaveLength(4), waitOpts);
+    expect(h.inbound.map((m) => [m.text, m.wasMentioned])).toEqual([
+      ["/send off", true],
+      ["what do you think, @switchboard?", true],
+      [`<@&${ids.staffRole}> please look`, false],
+      ["@everyone meeting now", false],
+    ]);
   });
 
   it("a message the core refused does not block its conversation: the next one is still delivered, and the refusal is in lastError", async () => {

@@ -228,6 +228,10 @@ export class FakeDiscord {
     alice: "1400000000000000001",
     bob: "1400000000000000002",
     otherBot: "1400000000000000009",
+    /** The role Discord creates for the bot when it joins a guild (managed, tags.bot_id), named like the bot. */
+    botRole: "1500000000000000001",
+    /** An ordinary role. */
+    staffRole: "1500000000000000002",
   } as const;
   readonly guildName = "Switchboard Test";
 
@@ -264,6 +268,7 @@ export class FakeDiscord {
   private portNumber = 0;
   private connectionCount = 0;
   private heldUpgrades: Array<() => void> | null = null;
+  private identifyRefusal: { code: number; reason: string } | null = null;
 
   constructor(options: FakeDiscordOptions = {}) {
     this.token = options.token ?? "fake-bot-token";
@@ -470,6 +475,11 @@ export class FakeDiscord {
     return this.heldUpgrades?.length ?? 0;
   }
 
+  /** Every IDENTIFY from now on is answered by closing with this code (e.g. 4011 sharding required); null to stop. */
+  refuseIdentify(refusal: { code: number; reason: string } | null): void {
+    this.identifyRefusal = refusal;
+  }
+
   /** Server-side close of every socket (default 4000, which clients resume from). */
   dropConnections(code = 4000, reason = "fake drop"): void {
     for (const ws of this.sockets) ws.close(code, reason);
@@ -565,7 +575,8 @@ export class FakeDiscord {
   }
 
   private memberPayload(u: FakeUser): Json {
-    return { user: this.userPayload(u), nick: null, avatar: null, roles: [], joined_at: new Date(0).toISOString(), premium_since: null, deaf: false, mute: false, flags: 0, pending: false };
+    const roles = u.id === this.ids.bot ? [this.ids.botRole] : [];
+    return { user: this.userPayload(u), nick: null, avatar: null, roles, joined_at: new Date(0).toISOString(), premium_since: null, deaf: false, mute: false, flags: 0, pending: false };
   }
 
   private channelPayload(c: FakeChannel): Json {
@@ -603,6 +614,9 @@ export class FakeDiscord {
       const u = this.users.get(referenced.author.id);
       if (u) mentioned.set(u.id, u);
     }
+    // <@&id> of one of the guild's roles goes into `mention_roles`; @everyone/@here only set the flag.
+    const guildRoles: string[] = channel.guildId ? [this.ids.botRole, this.ids.staffRole] : [];
+    const mentionedRoles = [...new Set([...opts.content.matchAll(/<@&(\d+)>/g)].map((m) => m[1]!))].filter((id) => guildRoles.includes(id));
     const forwarded = opts.forwarded === true;
     const msg: Json = {
       id: snowflake(now),
@@ -612,9 +626,9 @@ export class FakeDiscord {
       timestamp: new Date(now).toISOString(),
       edited_timestamp: null,
       tts: false,
-      mention_everyone: false,
+      mention_everyone: !forwarded && !!channel.guildId && /@(everyone|here)\b/.test(opts.content),
       mentions: forwarded ? [] : [...mentioned.values()].map((u) => this.userPayload(u)),
-      mention_roles: [],
+      mention_roles: forwarded ? [] : mentionedRoles,
       attachments: [],
       embeds: [],
       components: [],
@@ -669,6 +683,8 @@ export class FakeDiscord {
       premium_tier: 0, premium_progress_bar_enabled: false, preferred_locale: "en-US", features: [],
       roles: [
         { id: this.ids.guild, name: "@everyone", color: 0, hoist: false, icon: null, unicode_emoji: null, position: 0, permissions: "2248473465835073", managed: false, mentionable: false, flags: 0 },
+        { id: this.ids.botRole, name: this.user(this.ids.bot).username, color: 0, hoist: false, icon: null, unicode_emoji: null, position: 1, permissions: "2248473465835073", managed: true, mentionable: true, flags: 0, tags: { bot_id: this.ids.bot } },
+        { id: this.ids.staffRole, name: "staff", color: 0, hoist: false, icon: null, unicode_emoji: null, position: 2, permissions: "0", managed: false, mentionable: true, flags: 0 },
       ],
       emojis: [], stickers: [], voice_states: [], presences: [], stage_instances: [], guild_scheduled_events: [], soundboard_sounds: [],
       large: false, unavailable: false, member_count: members.length, members,
@@ -725,6 +741,10 @@ export class FakeDiscord {
     }
     if ((d.intents & PRIVILEGED_INTENTS & ~this.opts.approvedIntents) !== 0) {
       ws.close(4014, "Disallowed intent(s).");
+      return null;
+    }
+    if (this.identifyRefusal) {
+      ws.close(this.identifyRefusal.code, this.identifyRefusal.reason);
       return null;
     }
     const session: Session = { id: `fake-session-${snowflake()}`, seq: 0, intents: d.intents, socket: ws, backlog: [] };
