@@ -20,6 +20,8 @@ export interface KvAuthState {
   state: AuthenticationState;
   /** Persist the current creds; wire to `creds.update`. Writes are serialised in call order. */
   saveCreds(update?: Partial<AuthenticationCreds>): Promise<void>;
+  /** Resolves once every creds write issued so far has finished, failed ones included. */
+  settled(): Promise<void>;
   /** The generation these keys live under (diagnostics and tests). */
   generation: number;
 }
@@ -82,5 +84,5 @@ export async function loadKvAuthState(kv: AdapterKv, lib: BaileysAuthLib): Promi
     return saving;
   };
 
-  return { state: { creds, keys }, saveCreds, generation };
+  return { state: { creds, keys }, saveCreds, settled: () => saving.catch(() => undefined), generation };
 }

@@ -4,7 +4,7 @@
  */
 import type { UserFacingSocketConfig, WAMessageKey, WAVersion, proto } from "@whiskeysockets/baileys";
 import type { AdapterContext } from "../../src/channels/types.js";
-import { loadKvAuthState } from "./auth-state.js";
+import { loadKvAuthState, type KvAuthState } from "./auth-state.js";
 import type { SocketFactory, WASocketLike } from "./types.js";
 
 export interface BaileysSocketFactoryOptions {
@@ -28,10 +28,16 @@ const PINO_WARN = 40;
 export function createBaileysSocketFactory(opts: BaileysSocketFactoryOptions): SocketFactory {
   const log = opts.ctx.log;
   let version: { value: WAVersion | undefined; at: number } | undefined;
+  let previous: KvAuthState | undefined;
 
   return async () => {
     const baileys = await import("@whiskeysockets/baileys");
+    // Baileys does not wait for creds.update to be saved: right after a QR scan it announces the
+    // new login and the server's 515 follows one round trip later. Loading before the previous
+    // socket's writes have landed would read the unpaired creds and lose the scan.
+    await previous?.settled();
     const auth = await loadKvAuthState(opts.ctx.kv, baileys);
+    previous = auth;
 
     if (!version || Date.now() - version.at > VERSION_TTL_MS) {
       const resolve =

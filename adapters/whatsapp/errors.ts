@@ -2,9 +2,19 @@
 import { PlatformError } from "../../src/channels/types.js";
 import { statusCodeOf } from "./reconnect.js";
 
+/**
+ * A query the server answered with an IQ error — a group send first queries the group, so a group
+ * we were removed from answers 403 "forbidden" — is a Boom whose status is always 500, with the
+ * server's code in `data` (Baileys' assertNodeErrorFree). That code is the one that tells.
+ */
+function iqErrorCodeOf(err: unknown): number | undefined {
+  const data = (err as { isBoom?: unknown; data?: unknown } | null | undefined)?.data;
+  return (err as { isBoom?: unknown } | null | undefined)?.isBoom === true && typeof data === "number" && Number.isInteger(data) && data > 0 ? data : undefined;
+}
+
 export function toPlatformError(err: unknown): PlatformError {
   if (err instanceof PlatformError) return err;
-  const status = statusCodeOf(err);
+  const status = iqErrorCodeOf(err) ?? statusCodeOf(err);
   const message = `send failed${status ? ` (${status})` : ""}: ${err instanceof Error ? err.message : String(err)}`;
   const opts = { cause: err };
   switch (status) {

@@ -211,8 +211,13 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
   }
 
   function onUpsert(s: WASocketLike, upsert: BaileysEventMap["messages.upsert"]): void {
-    // "append" is history and our own sends; only "notify" is live traffic.
-    if (upsert.type !== "notify") return;
+    // Both types are taken. Baileys 7 tags what WhatsApp queued for this device while it was
+    // offline (a restart, a reconnect) "append", not "notify" (messages-recv: `node.attrs.offline
+    // ? 'append' : 'notify'`), and has acknowledged it: skipping it lost the message for good.
+    // History sync comes on messaging-history.set, never here; the other appends — our own sends'
+    // echoes, notification stubs, newsletters — are not someone's text in a DM or group, which
+    // mapInbound ignores, and the router drops a message id it has seen.
+    if (upsert.type !== "notify" && upsert.type !== "append") return;
     for (const msg of upsert.messages) {
       // Serialised so the core sees messages in the order WhatsApp delivered them.
       queued++;

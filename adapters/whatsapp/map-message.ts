@@ -94,7 +94,8 @@ async function identityFor(jid: string, alternatives: Array<string | null | unde
 }
 
 /**
- * Returns null for everything that is not a live text message from someone else in a DM or group:
+ * Returns null for everything that is not a text message from someone else in a DM or group (live,
+ * or replayed after an outage):
  * our own messages (fromMe), status updates, broadcast lists, newsletters, reactions, stickers,
  * protocol messages.
  */

@@ -8,6 +8,8 @@ import { createBaileysSocketFactory, createWhatsAppAdapter } from "../../adapter
 import type { AdapterKv, ChannelAdapter } from "../../src/channels/types.js";
 import { ConfigSchema } from "../../src/config/schema.js";
 import { FakeWhatsApp, memoryKv } from "../fakes/whatsapp-socket.js";
+import { startHarness } from "../helpers/harness.js";
+import { openStoreDb } from "../helpers/store-db.js";
 
 const log = pino({ level: "silent" });
 
@@ -18,6 +20,9 @@ async function waitFor(cond: () => boolean, what: string, timeoutMs = 2_000): Pr
     await new Promise((r) => setTimeout(r, 5));
   }
 }
+
+/** Lets already-scheduled work run; used only to give a wrong path the chance to happen. */
+const settle = () => new Promise((r) => setTimeout(r, 25));
 
 const bytes = (...values: number[]) => Uint8Array.from(values);
 
@@ -157,6 +162,49 @@ describe("production socket factory across adapter restarts", () => {
     const preKeys = await auth2.keys.get("pre-key", ["1"]);
     expect(Buffer.isBuffer(preKeys["1"].public)).toBe(true);
     expect([...preKeys["1"].public]).toEqual([1, 2, 3]);
+  });
+
+  it("the restart WhatsApp asks for right after a QR scan (515) resumes the new login, even while the store is slow to commit it", async () => {
+    // Baileys announces the paired creds on creds.update and does not wait for them to be saved;
+    // the server's 515 follows one round trip later. The reconnect loaded the auth state from the
+    // store before that write had committed, so it came back unpaired (a fresh identity, a new
+    // QR): the scan was lost. Real SQLite, with a lock of the test's own holding the write back.
+    const wa = new FakeWhatsApp({ autoOpen: false });
+    const captured: UserFacingSocketConfig[] = [];
+    const harness = await startHarness({
+      config: { channels: { whatsapp: { enabled: true } } },
+      adapterFactories: {
+        whatsapp: async (ctx, config) =>
+          createWhatsAppAdapter(config.channels.whatsapp!, ctx, {
+            printQr: () => {},
+            baileys: { makeSocket: (cfg) => (captured.push(cfg), wa.newSocket()), resolveVersion: async () => undefined },
+          }),
+      },
+    });
+    const db = await openStoreDb(harness.stateDir);
+    try {
+      await waitFor(() => captured.length === 1, "first socket");
+      const creds = captured[0].auth.creds;
+      expect(creds.registered).toBe(false);
+      wa.showQr("2@QRDATA");
+      // What Baileys does on pair-success: mutate the creds, announce them, and soon get a 515.
+      const paired = { registered: true, me: { id: "15550000001:7@s.whatsapp.net", name: "Bot" } };
+      Object.assign(creds, paired);
+      await db.exec("BEGIN IMMEDIATE");
+      wa.current.ev.emit("creds.update", paired);
+      wa.drop(515, "Stream Errored (restart required)");
+      await settle(); // a reconnect that does not wait for the write loads the store meanwhile
+      await db.exec("COMMIT");
+      await waitFor(() => captured.length === 2, "the restart's socket");
+      const resumed = captured[1].auth.creds;
+      expect(resumed.registered).toBe(true);
+      expect(resumed.me?.id).toBe("15550000001:7@s.whatsapp.net");
+      expect(Buffer.from(resumed.noiseKey.private).equals(Buffer.from(creds.noiseKey.private))).toBe(true);
+    } finally {
+      await db.exec("ROLLBACK").catch(() => undefined);
+      await db.close();
+      await harness.stop();
+    }
   });
 
   it("announces the current WhatsApp Web version, fetched once and reused across reconnects, and stays offline so the phone keeps notifying", async () => {

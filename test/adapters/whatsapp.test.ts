@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createWhatsAppAdapter, type WhatsAppAdapterOptions } from "../../adapters/whatsapp/index.js";
 import { PlatformError, type AdapterContext, type ChannelAdapter, type InboundMessage, type OutboundTarget } from "../../src/channels/types.js";
 import { ConfigSchema, type WhatsAppConfig } from "../../src/config/schema.js";
-import { FakeWhatsApp, memoryKv, type FakeWhatsAppOptions } from "../fakes/whatsapp-socket.js";
+import { FakeWhatsApp, iqError, memoryKv, type FakeWhatsAppOptions } from "../fakes/whatsapp-socket.js";
 
 const SELF_PN = "15550000001:7@s.whatsapp.net";
 const SELF_LID = "90000000000001:7@lid";
@@ -155,16 +155,35 @@ describe("whatsapp adapter: inbound", () => {
     ]);
   });
 
-  it("ignores own echoes, fromMe messages, status broadcasts and history appends", async () => {
+  it("ignores own echoes, fromMe messages and status broadcasts, also when they come as append", async () => {
     const { wa, inbound, adapter } = await connected();
     await adapter.send(target(ALICE_PN), "our reply"); // the fake echoes it as append + fromMe
     wa.injectText({ chatJid: ALICE_PN, text: "typed on the linked phone", fromMe: true });
+    wa.injectText({ chatJid: ALICE_PN, text: "typed on the phone while we were offline", fromMe: true, type: "append" });
     wa.injectText({ chatJid: "status@broadcast", participant: ALICE_PN, text: "my status" });
-    wa.injectText({ chatJid: ALICE_PN, text: "old history", type: "append" });
+    wa.injectText({ chatJid: "status@broadcast", participant: ALICE_PN, text: "my status, replayed", type: "append" });
     wa.injectText({ chatJid: ALICE_PN, text: "marker" });
     await waitFor(() => inbound.length >= 1, "marker");
     await settle();
     expect(inbound.map((m) => m.text)).toEqual(["marker"]);
+  });
+
+  it("messages sent while we were offline, which Baileys replays as upsert type append after the reconnect, reach the core", async () => {
+    // Baileys 7 (messages-recv: `node.attrs.offline ? 'append' : 'notify'`) tags WhatsApp's replay
+    // of what it queued for this device during an outage `append`, and acknowledges it: dropping
+    // it loses the message for good. History sync comes on messaging-history.set, never here.
+    const { wa, inbound, adapter } = await connected();
+    wa.drop(408, "Connection was lost");
+    await waitFor(() => wa.factoryCallCount === 2 && adapter.health().connected, "reconnected");
+    wa.injectText({ chatJid: ALICE_PN, text: "sent during the outage", type: "append" });
+    wa.injectText({ chatJid: GROUP, participant: ALICE_PN, text: "@bot also during the outage", mentionedJids: [SELF_LID], type: "append" });
+    wa.injectText({ chatJid: ALICE_PN, text: "live again" });
+    await waitFor(() => inbound.length === 3, "three inbound");
+    expect(inbound.map((m) => [m.text, m.chatType, m.wasMentioned])).toEqual([
+      ["sent during the outage", "direct", false],
+      ["@bot also during the outage", "group", true],
+      ["live again", "direct", false],
+    ]);
   });
 
   it("goes through Baileys' real event buffer: buffered upserts arrive once flushed", async () => {
@@ -313,6 +332,39 @@ describe("whatsapp adapter: outbound", () => {
     expect(err.retryable).toBe(retryable);
     expect(err.channel).toBe("whatsapp");
     await expect(adapter.send(target(ALICE_PN), "again")).resolves.toMatchObject({ messageId: expect.any(String) });
+  });
+
+  it("a send to a group we were removed from fails for good: Baileys' IQ error 403 (a Boom 500 with the code in data) is not a transport error", async () => {
+    const { wa, adapter } = await connected();
+    wa.leaveGroup(GROUP);
+    const err = await sendError(adapter.send(target(GROUP), "to a group we left"));
+    expect(err).toMatchObject({ code: "forbidden", retryable: false });
+    expect(err.message).toContain("forbidden");
+    expect(wa.sent).toHaveLength(0);
+  });
+
+  it.each([
+    [404, "item-not-found", "not_found", false],
+    [400, "bad-request", "invalid", false],
+    [401, "not-authorized", "auth", false],
+    [429, "rate-overlimit", "rate_limited", true],
+    [500, "internal-server-error", "transport", true],
+    [503, "service-unavailable", "transport", true],
+  ] as const)("maps a send that failed on a query's IQ error %i %s to %s", async (code, text, mapped, retryable) => {
+    const fake = new FakeWhatsApp();
+    const { adapter } = await connected({
+      adapter: {
+        socketFactory: async () => {
+          const sock = await fake.factory();
+          sock.sendMessage = (async () => {
+            throw iqError(code, text);
+          }) as typeof sock.sendMessage;
+          return sock;
+        },
+      },
+    });
+    const err = await sendError(adapter.send(target(GROUP), "x"));
+    expect(err).toMatchObject({ code: mapped, retryable });
   });
 
   it("a send WhatsApp answers without a message id fails as retryable instead of counting as delivered", async () => {

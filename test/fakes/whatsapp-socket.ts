@@ -18,7 +18,7 @@
  *   wa.drop(515);                     // server asks for a restart → factory is called again
  *   expect(wa.sent[0].text).toBe("…");
  */
-import { generateWAMessageFromContent, makeEventBuffer, proto, type GroupMetadata, type WAMessage } from "@whiskeysockets/baileys";
+import { assertNodeErrorFree, generateWAMessageFromContent, makeEventBuffer, proto, type GroupMetadata, type WAMessage } from "@whiskeysockets/baileys";
 import { pino } from "pino";
 import type { AdapterKv } from "../../src/channels/types.js";
 import type { SocketFactory, WASocketLike } from "../../adapters/whatsapp/types.js";
@@ -66,6 +66,20 @@ export function boomError(statusCode: number, message = `fake error ${statusCode
   return Object.assign(new Error(message), { isBoom: true, output: { statusCode, payload: { statusCode, message }, headers: {} } });
 }
 
+/**
+ * The error Baileys raises for a query the server answered with an IQ error (`assertNodeErrorFree`,
+ * called by its real code here): a Boom whose `output.statusCode` is 500 whatever the server said,
+ * with the server's code in `data` (e.g. 403 "forbidden" for a group we are not in).
+ */
+export function iqError(code: number, text: string): Error {
+  try {
+    assertNodeErrorFree({ tag: "iq", attrs: { type: "error" }, content: [{ tag: "error", attrs: { code: String(code), text } }] });
+  } catch (err) {
+    return err as Error;
+  }
+  throw new Error("assertNodeErrorFree did not throw");
+}
+
 export type FakeSocket = WASocketLike & {
   readonly ev: ReturnType<typeof makeEventBuffer>;
   readonly isOpen: boolean;
@@ -83,6 +97,7 @@ export class FakeWhatsApp {
   private readonly autoOpen: boolean;
   private readonly lidMappings = new Map<string, string>();
   private readonly groups = new Map<string, string>();
+  private readonly leftGroups = new Set<string>();
   private sendFailures: number[] = [];
   private factoryFailures = 0;
   private factoryHold: Promise<void> | undefined;
@@ -167,6 +182,15 @@ export class FakeWhatsApp {
     this.lidMappings.set(lid, pn);
   }
 
+  /**
+   * We are no longer in this group (removed from it, or it was deleted). As with Baileys, whose
+   * group send first queries the group's metadata, a send to it and `groupMetadata(jid)` fail with
+   * the server's IQ error 403 "forbidden".
+   */
+  leaveGroup(jid: string): void {
+    this.leftGroups.add(jid);
+  }
+
   /** Makes `groupMetadata(jid)` answer with this subject. */
   setGroupSubject(jid: string, subject: string): void {
     this.groups.set(jid, subject);
@@ -232,6 +256,7 @@ export class FakeWhatsApp {
         const failure = this.sendFailures.shift();
         if (failure !== undefined) throw boomError(failure, `fake send failure ${failure}`);
         if (!sock.isOpen || sock.ended) throw boomError(428, "Connection Closed");
+        if (this.leftGroups.has(jid)) throw iqError(403, "forbidden");
         if (!("text" in content) || typeof content.text !== "string") throw new Error("FakeWhatsApp: only text messages are supported");
         const message = generateWAMessageFromContent(jid, { extendedTextMessage: { text: content.text } }, { userJid: self.id, quoted: options?.quoted });
         this.sent.push({ jid, text: content.text, message, quotedId: options?.quoted?.key.id ?? undefined });
@@ -253,6 +278,7 @@ export class FakeWhatsApp {
       },
       signalRepository: { lidMapping: { getPNForLID: async (lid) => this.lidMappings.get(lid) ?? null } },
       groupMetadata: async (jid) => {
+        if (this.leftGroups.has(jid)) throw iqError(403, "forbidden");
         const subject = this.groups.get(jid);
         if (subject === undefined) throw boomError(404, "item-not-found");
         return { id: jid, subject, participants: [] } as unknown as GroupMetadata;
