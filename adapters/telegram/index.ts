@@ -65,6 +65,20 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
   let stopEpoch = 0;
   let poller: Poller | undefined;
   const health: ChannelHealth = { connected: false, lastInboundAt: null, lastError: null };
+  /**
+   * Basic groups upgraded to supergroups (old chat id → new): Telegram refuses the old id for
+   * good, but sessions, cron jobs and replies in flight still address it.
+   */
+  const migrated = new Map<string, string>();
+
+  function noteMigration(from: string, to: string): void {
+    if (migrated.get(from) === to) return;
+    migrated.set(from, to);
+    log.warn(
+      { from, to },
+      "telegram group upgraded to a supergroup: replies to the old id now go to the new one; its messages now come from the new id, a session of its own (config keyed by the old id no longer applies to them)",
+    );
+  }
 
   function recordError(err: unknown, what: string): string {
     const text = `${what}: ${describeError(err, token)}`;
@@ -103,6 +117,10 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
 
   async function handle(update: TgUpdate): Promise<void> {
     if (!identity) throw new Error("update before getMe");
+    // A group's upgrade comes as two service messages, one in each chat; either is enough.
+    const service = update.message;
+    if (service && Number.isSafeInteger(service.migrate_to_chat_id)) noteMigration(String(service.chat.id), String(service.migrate_to_chat_id));
+    if (service && Number.isSafeInteger(service.migrate_from_chat_id)) noteMigration(String(service.migrate_from_chat_id), String(service.chat.id));
     const mapped = mapUpdate(update, identity, accountId);
     if (mapped.kind === "ignore") {
       log.trace({ updateId: update.update_id, reason: mapped.reason }, "telegram update ignored");
@@ -183,12 +201,25 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
     reportsWire: true,
 
     async send(target: OutboundTarget, text: string, opts?: SendOptions): Promise<SendReceipt> {
-      const params = sendMessageParams(target, text);
+      const params = sendMessageParams({ ...target, to: migrated.get(target.to) ?? target.to }, text);
+      // The journal line (onWire) is written microseconds before the bytes leave, not when the
+      // send was begun, a whole run of other promise continuations earlier (~0.35 ms median,
+      // ms at worst, measured in the crash test).
+      const post = () => botApi<{ message_id: number }>("sendMessage", params, { agent: sendAgent, onWire: opts?.onWire });
       try {
-        // The journal line (onWire) is written microseconds before the bytes leave, not when the
-        // send was begun, a whole run of other promise continuations earlier (~0.35 ms median,
-        // ms at worst, measured in the crash test).
-        const result = await botApi<{ message_id: number }>("sendMessage", params, { agent: sendAgent, onWire: opts?.onWire });
+        let result: { message_id: number };
+        try {
+          result = await post();
+        } catch (err) {
+          // A group upgraded to a supergroup (while this reply was written, or before a cron job's
+          // turn): the 400 names the new id, and Telegram acted on nothing, so sending there is no
+          // duplicate — and failing would lose the reply.
+          const upgradedTo = apiFailureOf(err)?.parameters?.migrate_to_chat_id;
+          if (!Number.isSafeInteger(upgradedTo) || String(upgradedTo) === params.chat_id) throw err;
+          noteMigration(params.chat_id, String(upgradedTo));
+          params.chat_id = String(upgradedTo);
+          result = await post();
+        }
         return { messageId: String(result.message_id) };
       } catch (err) {
         throw toPlatformError(err, "sendMessage", token);
@@ -198,7 +229,7 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
     async typing(target: OutboundTarget): Promise<void> {
       // Best effort by contract: a lost typing indicator must never surface as a failure.
       try {
-        await botApi<true>("sendChatAction", chatActionParams(target), { agent });
+        await botApi<true>("sendChatAction", chatActionParams({ ...target, to: migrated.get(target.to) ?? target.to }), { agent });
       } catch (err) {
         log.debug({ err: describeError(err, token) }, "telegram typing failed");
       }

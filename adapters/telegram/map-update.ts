@@ -11,7 +11,7 @@ export interface BotIdentity {
   username: string;
 }
 
-export type IgnoreReason = "channel_post" | "own_message" | "no_text" | "no_sender" | "unsupported";
+export type IgnoreReason = "channel_post" | "own_message" | "no_text" | "no_sender" | "unsupported" | "other_bot_command";
 
 export type MapResult = { kind: "message"; msg: InboundMessage } | { kind: "ignore"; reason: IgnoreReason };
 
@@ -32,6 +32,10 @@ export function mapUpdate(update: TgUpdate, bot: BotIdentity, accountId: string)
   const entities = (m.text !== undefined ? m.entities : m.caption_entities) ?? [];
 
   const command = normalizeCommand(raw, bot.username);
+  // `/stop@OtherBot` is addressed to another bot in the chat: neither a command of ours nor a
+  // prompt, even where every message is answered (with privacy mode on Telegram would not even
+  // deliver it). A forward only relays such text, and is content like any other.
+  if (!command.addressedToUs && !isForwarded(m) && COMMAND_FOR_A_BOT.test(raw)) return ignore("other_bot_command");
   const direct = m.chat.type === "private";
   const threadId = resolveThreadId(m);
 
@@ -70,12 +74,15 @@ export function resolveThreadId(m: TgMessage): string | undefined {
   return undefined;
 }
 
+/** A message that starts with `/cmd@botname`: a command addressed to one bot of the chat. */
+const COMMAND_FOR_A_BOT = /^\/([A-Za-z0-9_]{1,32})@([A-Za-z0-9_]+)(?=\s|$)/;
+
 /**
  * `/cmd@OurBot args` → `/cmd args`. A command suffixed with another bot's name is left untouched,
  * so the core's command parser does not mistake it for ours.
  */
 export function normalizeCommand(text: string, botUsername: string): { text: string; addressedToUs: boolean } {
-  const m = /^\/([A-Za-z0-9_]{1,32})@([A-Za-z0-9_]+)(?=\s|$)/.exec(text);
+  const m = COMMAND_FOR_A_BOT.exec(text);
   if (!m || m[2].toLowerCase() !== botUsername.toLowerCase()) return { text, addressedToUs: false };
   return { text: `/${m[1]}${text.slice(m[0].length)}`, addressedToUs: true };
 }

@@ -93,14 +93,18 @@ export class Poller {
       }
       if (updates.length === 0 && this.deps.timeoutSeconds === 0) await sleep(SHORT_POLL_IDLE_MS, this.stopper.signal);
       if (this.stopped) return;
-      // Telegram never sends older ones, but a misbehaving proxy could; acknowledging is idempotent.
-      const fresh = updates.filter((u) => this.offset === undefined || u.update_id >= this.offset);
-      if (fresh.length === 0) continue;
-      const outcomes = await Promise.allSettled(fresh.map((update) => this.deps.handle(update)));
+      if (updates.length === 0) continue;
+      // Every update in an answer is one Telegram still holds unconfirmed, even below our offset:
+      // after a week without updates it numbers new ones from a random start, and it answers an
+      // offset beyond its numbering from the head of its queue (telegram-bot-api do_get_updates).
+      // Skipping those would never confirm them — each poll would return them at once, a busy
+      // loop in which no message reaches the core. So the offset follows Telegram's ids, even
+      // back; an update handed over twice (a replaying proxy) is deduped by the core.
+      const outcomes = await Promise.allSettled(updates.map((update) => this.deps.handle(update)));
       const failed = outcomes.findIndex((o) => o.status === "rejected");
-      const accepted = failed < 0 ? fresh.length : failed;
+      const accepted = failed < 0 ? updates.length : failed;
       if (accepted > 0) {
-        this.offset = fresh[accepted - 1].update_id + 1;
+        this.offset = updates[accepted - 1].update_id + 1;
         // Not awaited: the next poll need not wait for it (writes land in order).
         void this.persist(this.offset);
       }

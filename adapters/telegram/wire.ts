@@ -53,6 +53,10 @@ export interface TgMessage {
   forward_from_chat?: TgChat;
   forward_sender_name?: string;
   forward_date?: number;
+  /** Service message: this group was upgraded to the supergroup with this id. */
+  migrate_to_chat_id?: number;
+  /** Service message: this supergroup is the upgrade of the group with this id. */
+  migrate_from_chat_id?: number;
 }
 
 export interface TgUpdate {

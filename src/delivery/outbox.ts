@@ -82,7 +82,10 @@ export interface OutboxDeps {
   log: pino.Logger;
   now?: () => number;
   sleep?: (ms: number) => Promise<void>;
-  /** Attempts for a message whose failures are retryable (rate limits, transport). */
+  /**
+   * Attempts for a message whose failures are retryable (rate limits, transport). Default: no
+   * cap, only maxAgeMs — 50 tries at the 30 s backoff cap ended an outage's retries after ~22 min.
+   */
   maxAttempts?: number;
   /** A retryable failure keeps retrying until the message is this old (platform outages). */
   maxAgeMs?: number;
@@ -434,7 +437,7 @@ export class Outbox {
         return "next";
       }
       // Outages are retried (capped backoff) for hours: a reply is worth more late than lost.
-      if (!perr.retryable || record.attempts >= (this.deps.maxAttempts ?? 50) || this.now() - record.createdAt > (this.deps.maxAgeMs ?? 6 * 3600_000)) {
+      if (!perr.retryable || record.attempts >= (this.deps.maxAttempts ?? Infinity) || this.now() - record.createdAt > (this.deps.maxAgeMs ?? 6 * 3600_000)) {
         log.error({ err: perr.message, code: perr.code, attempts: record.attempts }, "delivery failed");
         await this.finish(record, "failed");
         await this.recordDelivery(record, "failed", perr.message);

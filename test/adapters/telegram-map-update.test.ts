@@ -121,14 +121,25 @@ describe("telegram mapUpdate: commands addressed to bots", () => {
     { name: "C1 /send@OurBot off → /send off", text: "/send@SwitchboardTestBot off", out: "/send off", ours: true },
     { name: "C2 bot name matched case-insensitively", text: "/send@switchboardtestbot on", out: "/send on", ours: true },
     { name: "C3 bare command at end of text", text: "/status@SwitchboardTestBot", out: "/status", ours: true },
-    { name: "C4 a command for another bot is left as is", text: "/send@OtherBot off", out: "/send@OtherBot off", ours: false },
     { name: "C5 a plain command is unchanged", text: "/send off", out: "/send off", ours: false },
     { name: "C6 a command suffix mid-text is not touched", text: "try /send@SwitchboardTestBot off", out: "try /send@SwitchboardTestBot off", ours: false },
-    { name: "C7 a longer bot name that starts with ours is another bot", text: "/send@SwitchboardTestBotX off", out: "/send@SwitchboardTestBotX off", ours: false },
   ];
   it.each(cases)("$name", ({ text, out, ours }) => {
     expect(normalizeCommand(text, BOT.username)).toEqual({ text: out, addressedToUs: ours });
     expect(mapped(upd(msg(group, { text }))).text).toBe(out);
+  });
+
+  it("C4 a command for another bot is left as is by normalizeCommand, and the message is not ours: ignored (text or caption)", () => {
+    expect(normalizeCommand("/send@OtherBot off", BOT.username)).toEqual({ text: "/send@OtherBot off", addressedToUs: false });
+    // C7: a longer bot name that starts with ours is another bot.
+    expect(normalizeCommand("/send@SwitchboardTestBotX off", BOT.username)).toEqual({ text: "/send@SwitchboardTestBotX off", addressedToUs: false });
+    for (const m of [msg(group, { text: "/send@OtherBot off" }), msg(group, { text: "/send@SwitchboardTestBotX off" }), msg(group, { text: "/stop@OtherBot" }), msg(group, { text: undefined, caption: "/start@OtherBot\nlook" })]) {
+      expect(mapUpdate(upd(m), BOT, "default")).toEqual({ kind: "ignore", reason: "other_bot_command" });
+    }
+  });
+
+  it("C8 a forwarded message that starts with another bot's command is relayed content, not ignored", () => {
+    expect(mapped(upd(msg(group, { text: "/stop@OtherBot", forward_origin: { type: "user", date: 1, sender_user: alice } }))).text).toBe("/stop@OtherBot");
   });
 });
 

@@ -45,6 +45,7 @@ interface BootOptions {
   config?: Partial<TelegramConfig>;
   options?: TelegramAdapterOptions;
   start?: boolean;
+  log?: pino.Logger;
 }
 
 async function newApi(opts?: ConstructorParameters<typeof FakeTelegramBotApi>[0]): Promise<FakeTelegramBotApi> {
@@ -64,7 +65,7 @@ async function boot(o: BootOptions = {}): Promise<Harness> {
   const kv = o.kv ?? new MemoryKv();
   const h = { api, kv, inbound: [] as InboundMessage[] } as Harness;
   h.handler = async (m) => void h.inbound.push(m);
-  const ctx = { onInbound: (m: InboundMessage) => h.handler(m), kv, log: pino({ level: "silent" }) };
+  const ctx = { onInbound: (m: InboundMessage) => h.handler(m), kv, log: o.log ?? pino({ level: "silent" }) };
   const config = telegramConfig({ botToken: api.token, apiRoot: api.apiRoot, ...o.config });
   h.adapter = createTelegramAdapter(config, ctx, { backoff: { initialMs: 20, maxMs: 200 }, ...o.options });
   cleanups.push(() => h.adapter.stop());
@@ -293,11 +294,13 @@ describe("telegram adapter: mentions and commands", () => {
     expect(h.inbound[0]).toMatchObject({ text: "/send off", wasMentioned: true });
   });
 
-  it("C2 /send@OtherBot off is left untouched so it is not a command for us", async () => {
+  it("C2 /send@OtherBot off is another bot's: not handed to the core, and the offset moves past it", async () => {
     const h = await boot();
     h.api.injectText({ chat: group, from: alice, text: "/send@OtherBot off" });
+    const last = h.api.injectText({ chat: group, from: alice, text: "next" });
     await waitFor(() => h.inbound[0]);
-    expect(h.inbound[0]).toMatchObject({ text: "/send@OtherBot off", wasMentioned: false });
+    expect(h.inbound.map((m) => m.text)).toEqual(["next"]);
+    await waitFor(async () => (await h.kv.get(OFFSET_KEY)) === last.update_id + 1);
   });
 });
 
@@ -370,6 +373,22 @@ describe("telegram adapter: offset durability", () => {
     await waitFor(() => h2.inbound.length === 1);
     expect(h2.inbound[0].text).toBe("in flight");
     await waitFor(async () => (await h2.kv.get(OFFSET_KEY)) === u.update_id + 1);
+  });
+
+  it("O5 update ids renumbered below the stored offset (Telegram, after a week without updates) are handled and confirmed, not skipped in a busy loop", async () => {
+    const api = await newApi();
+    api.renumberUpdates(900_000);
+    const h = await boot({ api });
+    const before = api.injectText({ chat: privateChat(alice), from: alice, text: "before the quiet week" });
+    await waitFor(async () => (await h.kv.get(OFFSET_KEY)) === before.update_id + 1, 5000, "first offset stored");
+    // A week later Telegram numbers updates afresh, here below our offset: the server answers such
+    // an offset from the head of its queue, and only an offset past these ids confirms them.
+    api.renumberUpdates(1000);
+    const after = api.injectText({ chat: privateChat(alice), from: alice, text: "after the quiet week" });
+    await waitFor(() => h.inbound.length === 2, 5000, "the renumbered message handed to the core");
+    expect(h.inbound.map((m) => m.text)).toEqual(["before the quiet week", "after the quiet week"]);
+    await waitFor(async () => (await h.kv.get(OFFSET_KEY)) === after.update_id + 1, 5000, "the offset follows Telegram's numbering");
+    await waitFor(() => api.pendingUpdates.length === 0, 5000, "Telegram saw the update confirmed");
   });
 });
 
@@ -514,6 +533,42 @@ describe("telegram adapter: sending", () => {
     h.api.blockChat(alice.id);
     await h.adapter.send(target(h.inbound[0]), "two", { onWire: () => order.push("wire") }).catch(() => undefined);
     expect(order).toEqual(["wire", "request written", "wire", "request written"]);
+  });
+
+  it("S7 a reply to a group upgraded to a supergroup meanwhile (400 migrate_to_chat_id) goes to the new id, and later sends go there directly", async () => {
+    const h = await boot();
+    const group = groupChat(-5001, "Family");
+    h.api.injectText({ chat: group, from: alice, text: "question" });
+    await waitFor(() => h.inbound[0]);
+    // Upgraded while the reply was being written; its service messages not yet polled.
+    h.api.migrateChat(group, supergroupChat(-1005001, "Family"), alice, { announce: false });
+    let wires = 0;
+    const receipt = await h.adapter.send(target(h.inbound[0]), "answer", { onWire: () => void wires++ });
+    expect(h.api.callsTo("sendMessage").map((c) => c.body.chat_id)).toEqual(["-5001", "-1005001"]);
+    expect(h.api.sent.map((m) => [m.chat.id, m.text])).toEqual([[-1005001, "answer"]]);
+    expect(receipt).toEqual({ messageId: String(h.api.sent[0].message_id) });
+    // The resend has its journal line too: a crash during it must not pass for "never sent".
+    expect(wires).toBe(2);
+    await h.adapter.send(target(h.inbound[0]), "more");
+    expect(h.api.callsTo("sendMessage").map((c) => c.body.chat_id)).toEqual(["-5001", "-1005001", "-1005001"]);
+  });
+
+  it("S8 the upgrade's service message is logged with both ids, and sends to the old id go to the new one from then on", async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const log = pino({ level: "info" }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+    const h = await boot({ log });
+    const group = groupChat(-5001, "Family");
+    const upgraded = supergroupChat(-1005001, "Family");
+    h.api.migrateChat(group, upgraded, alice);
+    h.api.injectText({ chat: upgraded, from: alice, text: "in the supergroup" });
+    await waitFor(() => h.inbound[0]);
+    expect(h.inbound.map((m) => [m.peerId, m.text])).toEqual([["-1005001", "in the supergroup"]]);
+    // Both service messages name the upgrade; it is logged once.
+    const logged = lines.filter((l) => l.from === "-5001" && l.to === "-1005001");
+    expect(logged.map((l) => l.level)).toEqual([40]);
+    expect(logged[0].msg).toMatch(/upgraded to a supergroup/);
+    await h.adapter.send({ channel: "telegram", accountId: "default", to: "-5001" }, "to the old id");
+    expect(h.api.callsTo("sendMessage").map((c) => c.body.chat_id)).toEqual(["-1005001"]);
   });
 
   it("S5 typing sends a typing chat action into the topic, and never throws", async () => {
@@ -693,5 +748,57 @@ describe("telegram end to end: a reply that may have arrived", () => {
     await waitFor(async () => (await deliveries()).length === 2, 10_000, "both replies' outcomes recorded");
     expect(api.callsTo("sendMessage").map((c) => c.body.text)).toEqual(["echo: first", "echo: second"]);
     expect((await deliveries()).map((d) => d.status)).toEqual(["unknown_after_send", "sent"]);
+  });
+});
+
+describe("telegram end to end: a group upgraded to a supergroup", () => {
+  it("a reply in flight when the group is upgraded is delivered to the supergroup, not lost with a 400", async () => {
+    const api = new FakeTelegramBotApi({ maxLongPollMs: 200 });
+    const apiRoot = await api.start();
+    const h = await startHarness({ config: { channels: { telegram: { enabled: true, botToken: api.token, apiRoot, pollTimeoutSeconds: 1 } } } });
+    cleanups.push(async () => {
+      await h.stop();
+      await api.stop();
+    });
+    await api.waitForCall("getUpdates");
+    const group = groupChat(-5001, "Family");
+    const ada = fakeUser("Ada", { id: 7002 });
+    // The upgrade lands while the reply is being written (the model answers once it is asked).
+    h.model.setResponder(() => {
+      api.migrateChat(group, supergroupChat(-1005001, "Family"), ada, { announce: false });
+      return { content: "the answer" };
+    });
+    api.injectText({ chat: group, from: ada, text: "@SwitchboardTestBot question" });
+    const entry = await waitFor(() => h.app.sessions.get("agent:main:telegram:group:-5001"), 10_000, "the group's session");
+    const deliveries = async () => (await h.app.transcripts.readLines(h.app.sessions.transcriptPath(entry))).filter((l) => l.type === "delivery");
+    await waitFor(async () => (await deliveries()).length === 1, 10_000, "the reply's outcome recorded");
+    expect((await deliveries()).map((d) => d.status)).toEqual(["sent"]);
+    expect(api.sent.map((m) => [m.chat.id, m.text])).toEqual([[-1005001, "the answer"]]);
+  });
+});
+
+describe("telegram end to end: commands addressed to another bot", () => {
+  it("C3 in a group that answers everything, /stop@OtherBot and /send@OtherBot off are neither run as commands nor answered as prompts", async () => {
+    const api = new FakeTelegramBotApi({ maxLongPollMs: 200 });
+    const apiRoot = await api.start();
+    const owner = fakeUser("Owner", { id: 7003 });
+    const h = await startHarness({
+      config: { commands: { owners: [`telegram:${owner.id}`] }, channels: { telegram: { enabled: true, botToken: api.token, apiRoot, pollTimeoutSeconds: 1, requireMention: false } } },
+    });
+    cleanups.push(async () => {
+      await h.stop();
+      await api.stop();
+    });
+    await api.waitForCall("getUpdates");
+    const group = groupChat(-5002, "Two bots");
+    api.injectText({ chat: group, from: owner, text: "/send@OtherBot off" });
+    api.injectText({ chat: group, from: owner, text: "/stop@OtherBot" });
+    api.injectText({ chat: group, from: owner, text: "hello" });
+    await waitFor(() => api.sent.length >= 1, 10_000, "the answer to hello");
+    await waitFor(() => api.pendingUpdates.length === 0, 5000, "every update confirmed");
+    await h.app.router.idle();
+    expect(api.sent.map((m) => m.text)).toEqual(["echo: hello"]);
+    expect(h.model.requests).toHaveLength(1);
+    expect(h.app.sessions.get("agent:main:telegram:group:-5002")?.sendPolicy).toBeUndefined();
   });
 });

@@ -196,6 +196,18 @@ describe("outbox — the one outbound gate", () => {
     expect(adapter.idempotencyKeys).toEqual(["stale#0", "stale#0", "stale#0"]);
   });
 
+  it("a platform outage of an hour (transport failures every 30 s) is outlasted: the reply goes once the platform is back, instead of failing after 50 tries (~22 min)", async () => {
+    let now = Date.now();
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.failures.push(...Array.from({ length: 125 }, () => new PlatformError("telegram", "transport", "connect ECONNREFUSED")));
+    const { outbox } = await setup({ adapter, clock: { now: () => now, sleep: async (ms) => void (now += ms) } });
+    const start = now;
+    const { done } = await outbox.enqueue({ id: "outage", target, text: "late but here", kind: "reply" });
+    expect(await done).toMatchObject({ status: "sent" });
+    expect(adapter.sent.map((m) => m.text)).toEqual(["late but here"]);
+    expect(now - start).toBeGreaterThan(3600_000);
+  });
+
   it("a 429 holds back the account's other chats too, until its retry_after has passed", async () => {
     let now = Date.now();
     const timers: Array<() => void> = [];

@@ -18,8 +18,9 @@
  *   arrives or `timeout` elapses; a second concurrent getUpdates terminates the first with 409;
  *   getUpdates while a webhook is set → 409; `allowed_updates` filters update kinds;
  * - sendMessage: per-chat message ids, a realistic Message result, 400 for empty/too long text,
- *   for message_thread_id=1 in a forum (General topic) and for unknown reply targets without
- *   allow_sending_without_reply; 403 for chats in `blockChat()`;
+ *   for message_thread_id=1 in a forum (General topic), for unknown reply targets without
+ *   allow_sending_without_reply and for a group upgraded to a supergroup (`migrateChat()`, with
+ *   parameters.migrate_to_chat_id); 403 for chats in `blockChat()`;
  * - optional rate limits (Telegram's published ones): >1 msg/s to a private chat, >20 msgs/min to a
  *   group, >30 msgs/s overall → 429 with parameters.retry_after; hits are counted in `rateLimitHits`;
  * - injected messages carry entities (mentions, bot commands) computed the way Telegram does, and
@@ -150,6 +151,7 @@ export const errors = {
   kicked: fail(403, "Forbidden: bot was kicked from the group chat"),
   chatNotFound: fail(400, "Bad Request: chat not found"),
   threadNotFound: fail(400, "Bad Request: message thread not found"),
+  migrated: (to: number): ApiFailure => fail(400, "Bad Request: group chat was upgraded to a supergroup chat", { migrate_to_chat_id: to }),
   serverError: fail(500, "Internal Server Error"),
   badGateway: fail(502, "Bad Gateway"),
   tooManyRequests: (retryAfter: number): ApiFailure => fail(429, `Too Many Requests: retry after ${retryAfter}`, { retry_after: retryAfter }),
@@ -217,6 +219,8 @@ export class FakeTelegramBotApi {
   private readonly messages = new Map<number, Map<number, FakeMessage>>();
   private readonly lastMessageId = new Map<number, number>();
   private readonly blocked = new Set<number>();
+  /** Basic groups upgraded to supergroups: old id → new id. */
+  private readonly migrations = new Map<number, number>();
   private readonly sendLog: { chatId: number; at: number }[] = [];
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly openPorts = new Set<number>();
@@ -289,8 +293,32 @@ export class FakeTelegramBotApi {
     this.blocked.add(chatId);
   }
 
+  /**
+   * Upgrades a basic group to a supergroup as Telegram does: the old id is gone for good (sends
+   * to it fail 400 with parameters.migrate_to_chat_id), and unless `announce` is false the bot
+   * gets the two service messages, `migrate_to_chat_id` in the old chat and
+   * `migrate_from_chat_id` in the new one.
+   */
+  migrateChat(old: FakeChat, to: FakeChat, by: FakeUser, opts: { announce?: boolean } = {}): void {
+    this.migrations.set(old.id, to.id);
+    this.registerChat(to);
+    if (opts.announce === false) return;
+    const date = this.unixNow();
+    this.pushUpdate({ message: { message_id: this.nextMessageId(old.id), from: by, chat: old, date, migrate_to_chat_id: to.id } });
+    this.pushUpdate({ message: { message_id: this.nextMessageId(to.id), from: by, chat: to, date, migrate_from_chat_id: old.id } });
+  }
+
   registerChat(chat: FakeChat): void {
     this.chats.set(chat.id, chat);
+  }
+
+  /**
+   * Numbers the next updates from `nextId`, as Telegram does after a week without updates ("the
+   * identifier of the next update will be chosen randomly instead of sequentially"), which may
+   * be below the offset a client last confirmed.
+   */
+  renumberUpdates(nextId: number): void {
+    this.nextUpdateId = nextId;
   }
 
   /** Queues an update (update_id assigned) and wakes a parked long poll. */
@@ -419,6 +447,8 @@ export class FakeTelegramBotApi {
       const chatId = Number(b.chat_id);
       if (!b.chat_id) return fail(400, "Bad Request: chat_id is empty");
       if (this.blocked.has(chatId)) return errors.blocked;
+      const migratedTo = this.migrations.get(chatId);
+      if (migratedTo !== undefined) return errors.migrated(migratedTo);
       if (b.action !== "typing" && typeof b.action !== "string") return fail(400, "Bad Request: wrong parameter action in request");
       return ok(true);
     },
@@ -445,6 +475,8 @@ export class FakeTelegramBotApi {
     const limited = this.checkRateLimit(chatId);
     if (limited) return limited;
     if (this.blocked.has(chatId)) return chatId < 0 ? errors.kicked : errors.blocked;
+    const migratedTo = this.migrations.get(chatId);
+    if (migratedTo !== undefined) return errors.migrated(migratedTo);
     const known = this.chats.get(chatId);
     if (!known && (this.strictChats || !Number.isFinite(chatId))) return errors.chatNotFound;
     if (text.trim() === "") return fail(400, "Bad Request: message text is empty");
@@ -508,9 +540,13 @@ export class FakeTelegramBotApi {
     const timeoutMs = Math.min(Math.max(0, Number(b.timeout ?? 0)) * 1000, this.maxLongPollMs);
 
     const take = (): FakeUpdate[] => {
+      // An offset ahead of the next update id by more than 10 is one the real server cannot
+      // serve (telegram-bot-api's TQueue: "from_id is in the future"): it answers from the
+      // queue's head instead, lower ids included, and confirms nothing.
+      const servable = offset === undefined || offset <= this.nextUpdateId + 10;
       if (offset !== undefined && offset < 0) {
         this.queue = this.queue.slice(offset);
-      } else if (offset !== undefined && offset > 0) {
+      } else if (offset !== undefined && offset > 0 && servable) {
         this.queue = this.queue.filter((u) => u.update_id >= offset);
         this.confirmed = Math.max(this.confirmed, offset);
       }
