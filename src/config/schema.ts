@@ -107,9 +107,20 @@ function uniqueCronIds(jobs: Array<{ id: string }>, ctx: z.RefinementCtx): void 
   });
 }
 
+/**
+ * The stores src/store/kv.ts opens. Checked here so that `config check` refuses what `start`
+ * would (interfaces §2 names redis://, which this build does not include).
+ */
+const StoreUrl = z
+  .string()
+  .min(1)
+  .refine((url) => url === "memory://" || url === "memory" || url.startsWith("sqlite://"), {
+    error: (issue) => `unsupported store ${JSON.stringify(issue.input)}: use "sqlite://<file>" or "memory://"`,
+  });
+
 export const ConfigSchema = z.strictObject({
   stateDir: z.string().default("./data"),
-  store: z.strictObject({ url: z.string().min(1).optional() }).default({}),
+  store: z.strictObject({ url: StoreUrl.optional() }).default({}),
   log: z.strictObject({ level: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info") }).default({ level: "info" }),
   gateway: z
     .strictObject({

@@ -13,6 +13,7 @@ import { SessionNotFoundError } from "../sessions/session-store.js";
 import { replyText } from "../inbound/router.js";
 import { parseCommand } from "../inbound/command-parse.js";
 import { GatewayError, type MethodName, type MethodParams } from "./protocol.js";
+import { BoundedMap } from "../util/bounded-map.js";
 
 export interface CallContext {
   connId: string;
@@ -31,7 +32,9 @@ export interface TwoPhase {
 type Handler<M extends MethodName> = (params: MethodParams<M>, ctx: CallContext) => Promise<unknown | TwoPhase>;
 export type Handlers = { [M in MethodName]: Handler<M> };
 
-type ChatSendAnswer = { runId: string; status: "started" | "ok"; command?: true };
+type ChatSendAnswer = { runId: string; status: "started" | "ok"; command?: true; reply?: string };
+/** Chat command answers remembered for repeats (see chat.send); far more than 5 minutes' worth. */
+const COMMAND_ANSWERS_KEPT = 10_000;
 
 const POLICY_BLOCKED = "send blocked by session policy";
 const DEFAULT_LIST_LIMIT = 200;
@@ -61,6 +64,12 @@ export function createHandlers(app: App, version: string): Handlers {
   };
   /** chat.send answers not yet given, by idempotencyKey (see chat.send). */
   const chatSending = new Map<string, Promise<ChatSendAnswer>>();
+  /**
+   * Answers of chat commands, by idempotencyKey. A run is remembered by the runtime, a command is
+   * not: a repeat (the web page sends again a request whose answer its lost connection took) would
+   * run `/new` again — a second reset that hides the fresh conversation, and its text run twice.
+   */
+  const commandAnswers = new BoundedMap<string, ChatSendAnswer>(COMMAND_ANSWERS_KEPT);
   const row = (key: string) => {
     const entry = sessions().require(key);
     return toSessionRow(entry, sessions().transcriptPath(entry), app.models.defaultRef(entry.agentId));
@@ -167,6 +176,8 @@ export function createHandlers(app: App, version: string): Handlers {
         const first = await inFlight.catch(() => undefined);
         if (first) return { ...first, cached: true };
       }
+      const commandAnswer = commandAnswers.get(runId);
+      if (commandAnswer) return { ...commandAnswer, cached: true };
       if (app.runtime.get(runId)) return { runId, status: "started", cached: true };
       // Owner commands run in a denied session too: `/send on` must be able to undo `/send off`.
       if (!parseCommand(p.message)) checkPolicy(key, "webchat");
@@ -174,7 +185,10 @@ export function createHandlers(app: App, version: string): Handlers {
         const result = await app.router.chatSend({ sessionKey: key, agentId, text: p.message, runId });
         if (result.kind === "command") {
           ctx.broadcast("chat", { runId, sessionKey: displayKey(key), state: "final", message: { role: "assistant", content: [{ type: "text", text: result.reply }] } });
-          return { runId, status: "ok", command: true };
+          // The reply too: a client whose connection lost the `chat` event gets it from a repeat.
+          const done: ChatSendAnswer = { runId, status: "ok", command: true, reply: result.reply };
+          commandAnswers.set(runId, done);
+          return done;
         }
         void result.done.then((outcome) => {
           if (outcome.status !== "ok") ctx.broadcast("chat", { runId, sessionKey: displayKey(key), state: "error", errorMessage: outcome.error });

@@ -5,7 +5,7 @@
  */
 import { randomUUID, timingSafeEqual } from "node:crypto";
 import http from "node:http";
-import type { AddressInfo } from "node:net";
+import { isIP, type AddressInfo } from "node:net";
 import { WebSocketServer, type WebSocket } from "ws";
 import type pino from "pino";
 import type { App } from "../app.js";
@@ -39,6 +39,8 @@ interface Connection {
 }
 
 const HANDSHAKE_TIMEOUT_MS = 10_000;
+/** Advertised in hello-ok's policy, and enforced: see slowConsumer. */
+const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
 
 export class Gateway {
   private readonly server: http.Server;
@@ -59,8 +61,38 @@ export class Gateway {
     // Our own size check answers with an error frame; ws's limit (which closes) is a backstop.
     this.wss = new WebSocketServer({ noServer: true, maxPayload: app.config.gateway.maxPayload * 4 });
     this.server.on("upgrade", (req, socket, head) => {
+      const refusal = this.crossSiteRefusal(req);
+      if (refusal) {
+        this.log.warn({ origin: req.headers.origin, host: req.headers.host }, `gateway connection refused: ${refusal}`);
+        socket.end(`HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(refusal)}\r\n\r\n${refusal}`);
+        return;
+      }
       this.wss.handleUpgrade(req, socket, head, (ws) => this.onConnection(ws));
     });
+  }
+
+  /**
+   * Why a browser's WebSocket must be refused, or undefined. Any web page may open a WebSocket to
+   * 127.0.0.1, and without a token the gateway would make it a full operator (cross-site
+   * WebSocket hijacking: read every transcript, change send policies, make the bots speak).
+   * Browsers always send `Origin` with a WebSocket, so without a token only a page of the gateway's
+   * own loopback origin (the web chat) is let in: same host and port as the request's `Host`, and
+   * that host a loopback name or address — a DNS-rebound name agrees with its `Host` header but is
+   * not one. Clients without `Origin` (the CLI, scripts) are not browsers and are not affected;
+   * with a token, the token is what keeps other sites out.
+   */
+  private crossSiteRefusal(req: http.IncomingMessage): string | undefined {
+    const origin = req.headers.origin;
+    if (origin === undefined || this.app.config.gateway.auth.token) return undefined;
+    const host = (req.headers.host ?? "").toLowerCase();
+    let from: URL | undefined;
+    try {
+      from = new URL(origin);
+    } catch {
+      from = undefined;
+    }
+    if (from && (from.protocol === "http:" || from.protocol === "https:") && from.host === host && isLoopbackHost(from.hostname)) return undefined;
+    return `cross-origin WebSocket from ${JSON.stringify(origin.slice(0, 200))} refused: without gateway.auth.token only the web chat page served at this loopback address may connect (set a token to allow other origins)`;
   }
 
   route(method: string, pathname: string, handler: HttpRoute): void {
@@ -187,7 +219,7 @@ export class Gateway {
         features: { methods: Object.keys(Params), events: [...EVENTS] },
         snapshot: { sessionDefaults: { defaultAgentId, mainKey: "main", mainSessionKey: this.app.canonicalKey("main", defaultAgentId), scope: this.app.config.session.scope } },
         auth: { method: "token", role: conn.role, scopes: conn.scopes },
-        policy: { maxPayload: this.app.config.gateway.maxPayload, maxBufferedBytes: 16 * 1024 * 1024, tickIntervalMs: this.app.config.gateway.tickIntervalMs },
+        policy: { maxPayload: this.app.config.gateway.maxPayload, maxBufferedBytes: MAX_BUFFERED_BYTES, tickIntervalMs: this.app.config.gateway.tickIntervalMs },
       },
     });
   }
@@ -221,18 +253,40 @@ export class Gateway {
   }
 
   private sendEvent(conn: Connection, event: string, payload: unknown): void {
-    if (conn.ws.readyState !== conn.ws.OPEN) return;
+    if (conn.ws.readyState !== conn.ws.OPEN || this.slowConsumer(conn)) return;
     conn.ws.send(JSON.stringify({ type: "event", event, payload, seq: ++conn.seq }));
   }
 
   private sendRes(conn: Connection, frame: ResponseFrame): void {
-    if (conn.ws.readyState === conn.ws.OPEN) conn.ws.send(JSON.stringify(frame));
+    if (conn.ws.readyState === conn.ws.OPEN && !this.slowConsumer(conn)) conn.ws.send(JSON.stringify(frame));
+  }
+
+  /**
+   * A client that stops reading (a frozen tab, a stuck script) closes its TCP window, and every
+   * frame for it — each broadcast event included — would pile up in the daemon's memory without
+   * end. Once more than the advertised `policy.maxBufferedBytes` waits for it when another frame
+   * is due, it is disconnected (at once: a close frame would queue behind the backlog); a client
+   * that reconnects reads what it missed (the web chat reloads from the transcript). Checked
+   * before a send, so one large answer to a client that reads is not mistaken for one.
+   */
+  private slowConsumer(conn: Connection): boolean {
+    if (conn.ws.bufferedAmount <= MAX_BUFFERED_BYTES) return false;
+    this.log.warn({ connId: conn.connId, bufferedBytes: conn.ws.bufferedAmount, maxBufferedBytes: MAX_BUFFERED_BYTES }, "gateway client disconnected: it is not reading what is sent to it");
+    conn.ws.terminate();
+    return true;
   }
 
   private sendError(conn: Connection, id: string | null, error: ErrorShape, close = false): void {
     this.sendRes(conn, { type: "res", id: id ?? "", ok: false, error } as ResponseFrame);
     if (close) conn.ws.close(1008, closeReason(error.message));
   }
+}
+
+/** `localhost` (and its subdomains, which browsers resolve to loopback), 127.0.0.0/8 and [::1]. */
+function isLoopbackHost(hostname: string): boolean {
+  const name = hostname.toLowerCase();
+  if (name === "localhost" || name.endsWith(".localhost") || name === "[::1]") return true;
+  return isIP(name) === 4 && name.startsWith("127.");
 }
 
 /** WebSocket allows a close reason of 123 UTF-8 bytes; a longer one makes `close` throw. */

@@ -254,14 +254,35 @@ export class InboundRouter {
    * the outbox, addressed to the session, with the runId as the message it answers.
    */
   async chatSend(p: { sessionKey: string; agentId: string; text: string; runId: string }): Promise<{ kind: "command"; reply: string } | { kind: "run"; done: Promise<RunOutcome> }> {
-    const { sessions, transcripts, outbox } = this.deps;
+    const { sessions, outbox } = this.deps;
     const command = parseCommand(p.text);
     const scope = { sessionKey: p.sessionKey, agentId: p.agentId, channel: "webchat" as const };
     if (command) {
       const result = await executeCommand(command, scope, this.deps);
-      if (result.continueWith) this.chatSend({ ...p, text: result.continueWith, runId: `${p.runId}:continue` }).catch((err: unknown) => this.deps.log.error({ err }, "continuing /new failed"));
+      if (result.continueWith) {
+        const next = { ...p, text: result.continueWith, runId: `${p.runId}:continue` };
+        // The gateway let the command through a denied session (so that `/send on` works); its
+        // text is a message like any other there: recorded, no agent run (R29, as from a chat).
+        const entry = sessions.get(p.sessionKey);
+        const denied = outbox.evaluate(p.sessionKey, entry?.channel ?? entry?.deliveryContext?.channel ?? entry?.lastChannel ?? "webchat").decision === "deny";
+        (denied ? this.recordWebchat(next) : this.chatSend(next)).catch((err: unknown) => this.deps.log.error({ err }, "continuing /new failed"));
+      }
       return { kind: "command", reply: result.reply };
     }
+    await this.recordWebchat(p);
+    const { done } = this.deps.runtime.start({ sessionKey: p.sessionKey, agentId: p.agentId, message: p.text, runId: p.runId, userMessageRecorded: true, origin: { channel: "webchat", to: p.sessionKey, accountId: "default" } });
+    const delivered = done.then(async (outcome) => {
+      if (outcome.status === "ok" && outcome.reply && outcome.reply !== "NO_REPLY") {
+        await outbox.enqueue({ id: `reply:webchat:${p.runId}`, sessionKey: p.sessionKey, target: { channel: "webchat", accountId: "default", to: p.sessionKey, replyToMessageId: p.runId }, text: outcome.reply, kind: "reply" });
+      }
+      return outcome;
+    });
+    return { kind: "run", done: delivered };
+  }
+
+  /** The entry and transcript line of an operator's web chat message. */
+  private async recordWebchat(p: { sessionKey: string; agentId: string; text: string }): Promise<void> {
+    const { sessions, transcripts } = this.deps;
     const existing = sessions.get(p.sessionKey);
     // Only a web-chat-born session takes web chat as its route; an operator typing into a
     // Telegram group's session must not redirect that group's replies to the browser.
@@ -275,14 +296,6 @@ export class InboundRouter {
       { path: sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key },
       { role: "user", content: p.text, timestamp: Date.now(), provenance: { kind: "external_user" }, sender: { id: "operator", channel: "webchat" } },
     );
-    const { done } = this.deps.runtime.start({ sessionKey: p.sessionKey, agentId: p.agentId, message: p.text, runId: p.runId, userMessageRecorded: true, origin: { channel: "webchat", to: p.sessionKey, accountId: "default" } });
-    const delivered = done.then(async (outcome) => {
-      if (outcome.status === "ok" && outcome.reply && outcome.reply !== "NO_REPLY") {
-        await outbox.enqueue({ id: `reply:webchat:${p.runId}`, sessionKey: p.sessionKey, target: { channel: "webchat", accountId: "default", to: p.sessionKey, replyToMessageId: p.runId }, text: outcome.reply, kind: "reply" });
-      }
-      return outcome;
-    });
-    return { kind: "run", done: delivered };
   }
 
   /**

@@ -289,9 +289,18 @@ export class ChatView {
     const sending = this.#conn.request("chat.send", { sessionKey: this.#sessionKey, message, idempotencyKey: runId });
     this.#sends.add(sending);
     try {
-      await sending;
+      const answer = await sending;
       const run = this.#awaiting.get(runId);
-      if (run) run.accepted = true;
+      if (run && answer?.command) {
+        // A command is answered at once and has no run to wait for; its `chat` event was lost
+        // (a repeat after a reconnect is answered from the first time). A reload in progress
+        // rebuilds the conversation without it: commands are not in the transcript.
+        this.#awaiting.delete(runId);
+        if (!this.#reloading) {
+          this.items = this.items.map((item) => (item.pending && item.runId === runId ? { role: "assistant", text: answer.reply ?? "" } : item));
+          this.#onChange();
+        }
+      } else if (run) run.accepted = true;
     } catch (err) {
       this.onChat({ runId, sessionKey: this.#sessionKey, state: "error", errorMessage: /** @type {Error} */ (err).message });
     } finally {

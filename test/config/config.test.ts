@@ -85,6 +85,14 @@ describe("config", () => {
     expect(parseConfig({ gateway: { auth: { token: "" } } }, "<t>", {}).gateway.auth.token).toBeUndefined();
   });
 
+  it("interfaces §1 the annotated example, copied and started with --state-dir (SWITCHBOARD_STATE_DIR), keeps its SQLite store in that directory too", () => {
+    const c = loadConfigFile("config/example.json5", { SWITCHBOARD_STATE_DIR: "/var/lib/switchboard" });
+    expect(c.stateDir).toBe("/var/lib/switchboard");
+    // A store.url of its own would pin the SQLite file (sessions, outbox, WhatsApp login) to
+    // ./data of whatever directory the daemon starts in, apart from the transcripts.
+    expect(c.store.url).toBeUndefined();
+  });
+
   it("defaults: a chat channel's section left empty is disabled, requires a mention in groups and has no owners of its own", () => {
     const c = parseConfig({ channels: { telegram: {}, discord: {}, whatsapp: {} } }, "<t>", {});
     for (const ch of [c.channels.telegram, c.channels.discord, c.channels.whatsapp]) expect(ch).toMatchObject({ enabled: false, requireMention: true, owners: [] });
@@ -111,6 +119,15 @@ describe("CLI", () => {
     const { stdout } = await run("node", [BIN, "config", "check", "--config", f]);
     expect(stdout).toContain("warning: environment variable SB_TEST_NEVER_SET_TOKEN is not set; channels.telegram.botToken is empty");
     expect(stdout).toMatch(/config ok/);
+  });
+
+  it("config check refuses a store.url that start could not open (redis://: not in this build), naming the path", async () => {
+    const f = file(`{ store: { url: "redis://127.0.0.1:6379" } }`);
+    const err = await run("node", [BIN, "config", "check", "--config", f]).catch((e) => e);
+    expect(err.code).toBe(2);
+    expect(err.stderr).toContain('store.url: unsupported store "redis://127.0.0.1:6379": use "sqlite://<file>" or "memory://"');
+    expect(problems({ store: { url: "sqlite://./x.sqlite" } })).toEqual([]);
+    expect(problems({ store: { url: "memory://" } })).toEqual([]);
   });
 
   it("config check accepts a good file", async () => {

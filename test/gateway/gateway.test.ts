@@ -357,6 +357,17 @@ describe("gateway methods", () => {
     expect(h.model.requests).toHaveLength(0);
   });
 
+  it("R29 /new with text in a denied session starts the fresh session and records the text, but runs no agent (as from a chat)", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("sessions.patch", { key: "main", sendPolicy: "deny" });
+    expect(await c.request("chat.send", { sessionKey: "main", message: "/new first words", idempotencyKey: "new-denied" })).toMatchObject({ status: "ok", command: true });
+    // The text is recorded in the fresh session (a run would start right behind that write).
+    await vi.waitFor(async () => expect((await c.request("chat.history", { sessionKey: "main" })).messages.map((m: any) => [m.role, m.content])).toEqual([["user", "first words"]]));
+    expect(h.app.runtime.get("new-denied:continue")).toBeUndefined();
+    expect(h.model.requests).toHaveLength(0);
+  });
+
   it("health reports channels, runs and queue depth", async () => {
     h = await startHarness();
     const c = await h.client();
@@ -450,6 +461,29 @@ describe("gateway idempotency, events and limits", () => {
     const b = await h.client();
     expect(await b.request("chat.send", { sessionKey: "main", message: "hey", idempotencyKey: "again" })).toEqual({ runId: "again", status: "started", cached: true });
     expect(h.model.requests).toHaveLength(1);
+    expect((await b.request("chat.history", { sessionKey: "main" })).messages.map((m: any) => m.role)).toEqual(["user", "assistant"]);
+  });
+
+  it("interfaces §3 a chat command (/new with text) repeated with its idempotencyKey on a new connection is answered cached: one reset, one run", async () => {
+    h = await startHarness();
+    const a = await h.client();
+    await a.request("chat.send", { sessionKey: "main", message: "before", idempotencyKey: "first" });
+    await a.request("agent.wait", { runId: "first", timeoutMs: 5000 });
+    const key = h.app.canonicalKey("main", "main");
+    const before = h.app.sessions.get(key)!.sessionId;
+    const first = await a.request("chat.send", { sessionKey: "main", message: "/new hello", idempotencyKey: "cmd" });
+    expect(first).toEqual({ runId: "cmd", status: "ok", command: true, reply: expect.stringMatching(/^⚙️ New session started/) });
+    await a.request("agent.wait", { runId: "cmd:continue", timeoutMs: 5000 });
+    const fresh = h.app.sessions.get(key)!.sessionId;
+    expect(fresh).not.toBe(before);
+    // The page lost the answer (its connection dropped) and sends the request again.
+    a.close();
+    const b = await h.client();
+    expect(await b.request("chat.send", { sessionKey: "main", message: "/new hello", idempotencyKey: "cmd" })).toEqual({ ...first, cached: true });
+    await h.app.router.idle();
+    await b.request("agent.wait", { runId: "cmd:continue", timeoutMs: 5000 });
+    expect(h.app.sessions.get(key)!.sessionId).toBe(fresh);
+    expect(h.model.requests).toHaveLength(2);
     expect((await b.request("chat.history", { sessionKey: "main" })).messages.map((m: any) => m.role)).toEqual(["user", "assistant"]);
   });
 
@@ -580,6 +614,32 @@ describe("gateway connection lifecycle", () => {
     expect(await waiting.next()).toMatchObject({ type: "res", id: "late", ok: false });
     expect(waiting.frames.filter((f) => f.type === "event")).toEqual([]);
   });
+
+  it("interfaces §3 policy.maxBufferedBytes: a client that stops reading is disconnected once that much waits for it, instead of the daemon buffering without end", async () => {
+    h = await startHarness();
+    const key = h.app.canonicalKey("main", "main");
+    const entry = await h.app.sessions.upsert(key, "main");
+    const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key };
+    for (let i = 0; i < 16; i++) await h.app.transcripts.appendMessage(ref, { role: "user", content: `${i}:${"x".repeat(512 * 1024)}`, timestamp: Date.now(), provenance: { kind: "external_user" } });
+    const stalled = await connectedSocket(h.url);
+    const maxBufferedBytes: number = stalled.hello.payload.policy.maxBufferedBytes;
+    let received = 0;
+    stalled.ws.on("message", (d: Buffer) => (received += d.length));
+    // The client stops reading (a frozen tab, a stuck script) but keeps asking: TCP's window
+    // closes, and the answers (8 MB each) pile up in the daemon.
+    const socket = (stalled.ws as unknown as { _socket: import("node:net").Socket })._socket;
+    socket.pause();
+    const asks = Math.ceil((4 * maxBufferedBytes) / (8 * 1024 * 1024));
+    for (let i = 0; i < asks; i++) stalled.ws.send(JSON.stringify({ type: "req", id: `h${i}`, method: "chat.history", params: { sessionKey: "main" } }));
+    const c = await h.client();
+    // Everything asked has been answered (or refused) on the daemon's side.
+    await c.request("health", {});
+    socket.resume();
+    await vi.waitFor(() => expect(stalled.ws.readyState).toBe(WebSocket.CLOSED), { timeout: 15_000 });
+    expect(received).toBeLessThan(asks * 8 * 1024 * 1024);
+    // The daemon serves the others as before.
+    expect(await c.request("health", {})).toMatchObject({ ok: true });
+  }, 60_000);
 
   it("interfaces §3 a tick event follows every tickIntervalMs on a connected socket", async () => {
     h = await startHarness({ config: { gateway: { tickIntervalMs: 20 } } });

@@ -44,9 +44,12 @@ export class RawGateway {
     });
   }
 
-  /** Opens a socket and waits for the connect.challenge event. */
-  static async open(url: string): Promise<RawGateway> {
-    const ws = new WebSocket(url);
+  /**
+   * Opens a socket and waits for the connect.challenge event. `options` as ws takes them: `origin`
+   * and `headers` make the upgrade request look like a browser's.
+   */
+  static async open(url: string, options?: WebSocket.ClientOptions): Promise<RawGateway> {
+    const ws = new WebSocket(url, options);
     const gw = new RawGateway(ws);
     await new Promise<void>((resolve, reject) => {
       ws.once("open", () => resolve());

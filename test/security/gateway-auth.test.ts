@@ -83,3 +83,50 @@ describe("gateway authentication", () => {
     gw.close();
   });
 });
+
+describe("gateway authentication: browsers", () => {
+  it("security: with a token, a page of another origin (a reverse proxy's name) is let through to the token check", async () => {
+    const refused = await RawGateway.open(h.url, { origin: "https://chat.example.com" });
+    expect((await refused.handshake("wrong-token")).error?.code).toBe("UNAUTHORIZED");
+    const gw = await RawGateway.open(h.url, { origin: "https://chat.example.com" });
+    expect((await gw.handshake(TOKEN)).ok).toBe(true);
+    gw.close();
+  });
+});
+
+/**
+ * Browsers let any web page open a WebSocket to 127.0.0.1; only the `Origin` header they always
+ * send tells the gateway that a page of another site is asking. Without a token (the embedded
+ * defaults on loopback) such a page would be a full operator: read every transcript, patch send
+ * policies, make the bots speak (cross-site WebSocket hijacking).
+ */
+describe("gateway: browsers on other sites (no token, loopback)", () => {
+  let open: Harness;
+  beforeAll(async () => {
+    open = await startHarness();
+  });
+  afterAll(async () => {
+    await open?.stop();
+  });
+  const port = () => new URL(open.url).port;
+
+  it.each([
+    ["a page of another site", () => ({ origin: "https://evil.example" })],
+    ["a page of another port on this host", () => ({ origin: "http://127.0.0.1:1" })],
+    ["a page of a DNS-rebound name (its origin and Host header agree)", () => ({ origin: `http://rebind.evil.example:${port()}`, headers: { host: `rebind.evil.example:${port()}` } })],
+    ["a page with an opaque origin (sandboxed iframe, file://)", () => ({ origin: "null" })],
+  ])("security: a WebSocket from %s is refused at the upgrade (403), before any method is served", async (_what, options) => {
+    await expect(RawGateway.open(open.url, options())).rejects.toThrow(/403/);
+  });
+
+  it.each([
+    ["the web chat page served by the gateway itself (same origin)", () => ({ origin: `http://127.0.0.1:${port()}` })],
+    ["the page opened as localhost", () => ({ origin: `http://localhost:${port()}`, headers: { host: `localhost:${port()}` } })],
+    ["a non-browser client (no Origin header: the CLI, scripts)", () => ({})],
+  ])("security: %s is served (the control case)", async (_what, options) => {
+    const gw = await RawGateway.open(open.url, options());
+    const res = await gw.handshake(undefined);
+    expect(res.ok).toBe(true);
+    gw.close();
+  });
+});

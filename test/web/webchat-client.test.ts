@@ -112,6 +112,25 @@ it("a chat.send whose answer was lost is sent again with its idempotencyKey: the
   expect(await userMessages("once")).toBe(1);
 });
 
+it("a command (/new with text) whose answer was lost is sent again: one reset, its text run once and shown with its reply, no placeholder left", async () => {
+  const p = await page();
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  relay!.deaf();
+  void p.view.send("/new fresh start");
+  const runId = p.runIdOf(0)!;
+  // The daemon reset the session and ran the text, but nothing of it reached the page.
+  await vi.waitFor(() => expect(h!.app.runtime.get(`${runId}:continue`)?.status).toBe("ok"));
+  const sessionId = h!.app.sessions.get(h!.app.canonicalKey("main", "main"))!.sessionId;
+  relay!.down();
+  relay!.up();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(2));
+  await h!.app.router.idle();
+  await vi.waitFor(() => expect(p.shown()).toEqual(["user: fresh start", "assistant: echo: fresh start"]));
+  expect(h!.app.sessions.get(h!.app.canonicalKey("main", "main"))!.sessionId).toBe(sessionId);
+  expect(h!.model.requests).toHaveLength(1);
+});
+
 it("a run still going across a reconnect keeps its placeholder, and its reply is shown once when it comes", async () => {
   let release!: () => void;
   const gate = new Promise<void>((resolve) => (release = resolve));

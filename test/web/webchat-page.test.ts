@@ -33,6 +33,9 @@ afterEach(async () => {
 /** Load the page as the browser would from the gateway's address. */
 async function openPage(harness: Harness, opts: { token?: string; query?: string } = {}) {
   jsdom.reconfigure({ url: `${harness.url.replace("ws://", "http://")}${opts.query ?? ""}` });
+  // jsdom's reconfigure moves the document but not the origin its WebSocket sends (the window's,
+  // fixed at creation): a browser sends the page's own origin, which the gateway checks.
+  (jsdom.window as unknown as { _origin: string })._origin = jsdom.window.location.origin;
   localStorage.clear();
   if (opts.token) localStorage.setItem("sb.token", opts.token);
   const parsed = new DOMParser().parseFromString(PAGE, "text/html");
