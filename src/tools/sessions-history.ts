@@ -52,17 +52,21 @@ export function createSessionsHistoryTool(app: App, view: SessionView): AgentToo
   });
 }
 
-/** Cuts long texts, then drops the oldest messages until the JSON fits `maxBytes`. Pure. */
-export function capHistory(messages: readonly TranscriptMessage[], limits: { maxBytes?: number; maxChars?: number } = {}): CappedHistory {
-  const maxBytes = limits.maxBytes ?? HISTORY_MAX_BYTES;
-  const maxChars = limits.maxChars ?? HISTORY_MAX_CHARS;
+/** Cuts every text (and oversized tool-call arguments) to `maxChars`, with a visible mark. Pure. */
+export function cutLongTexts(messages: readonly TranscriptMessage[], maxChars = HISTORY_MAX_CHARS): { messages: TranscriptMessage[]; contentTruncated: boolean } {
   let contentTruncated = false;
   const cut = (text: string): string => {
     const short = truncateText(text, maxChars);
     if (short !== text) contentTruncated = true;
     return short;
   };
-  const shortened = messages.map((m) => shortenMessage(m, cut, maxChars));
+  return { messages: messages.map((m) => shortenMessage(m, cut, maxChars)), contentTruncated };
+}
+
+/** Cuts long texts, then drops the oldest messages until the JSON fits `maxBytes`. Pure. */
+export function capHistory(messages: readonly TranscriptMessage[], limits: { maxBytes?: number; maxChars?: number } = {}): CappedHistory {
+  const maxBytes = limits.maxBytes ?? HISTORY_MAX_BYTES;
+  const { messages: shortened, contentTruncated } = cutLongTexts(messages, limits.maxChars ?? HISTORY_MAX_CHARS);
   const sizes = shortened.map((m) => Buffer.byteLength(JSON.stringify(m)));
   // JSON array: "[" + items joined by "," + "]".
   let total = sizes.reduce((a, b) => a + b, 0) + Math.max(shortened.length - 1, 0) + 2;

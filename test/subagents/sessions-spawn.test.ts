@@ -378,6 +378,17 @@ describe("sub-agent announce", () => {
     expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toBeUndefined();
   });
 
+  // Models dress a bare token (a full stop, quotes, code or bold markup): posted, the chat would read "Result: ANNOUNCE_SKIP.".
+  it.each(["ANNOUNCE_SKIP.", "`ANNOUNCE_SKIP`", "**ANNOUNCE_SKIP**", '"ANNOUNCE_SKIP"'])("R38 an ANNOUNCE_SKIP dressed in punctuation or markup (%j) stays silent too", async (reply) => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: reply } : undefined);
+    const result = await spawn({ task: "quiet work" });
+    await settle(h!);
+    expect(requestsOf("subagent-announce")).toHaveLength(1);
+    expect(announcesIn(GROUP_PEER)).toEqual([]);
+    expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toBeUndefined();
+  });
+
   // Only the exact token is the opt-out: a reply that merely mentions it, or a different case, is an announce.
   it.each(["Result: done (no need for ANNOUNCE_SKIP)", "announce_skip", "ANNOUNCE_SKIP is not right here: Result: found it"])("R38 a reply that is not exactly ANNOUNCE_SKIP is posted: %j", async (reply) => {
     await boot();

@@ -137,6 +137,14 @@ describe("R21 R22 skip tokens and step prompts", () => {
     ["reply_skip", REPLY_SKIP, false],
     ["ANNOUNCE_SKIP", ANNOUNCE_SKIP, true],
     ["Done.", ANNOUNCE_SKIP, false],
+    // A dressed bare token is still the token: posted, the chat would read it literally.
+    ["REPLY_SKIP.", REPLY_SKIP, true],
+    ["`ANNOUNCE_SKIP`", ANNOUNCE_SKIP, true],
+    ["**ANNOUNCE_SKIP**", ANNOUNCE_SKIP, true],
+    ["\u201cANNOUNCE_SKIP\u201d", ANNOUNCE_SKIP, true],
+    ["> ANNOUNCE_SKIP!", ANNOUNCE_SKIP, true],
+    ["ANNOUNCE_SKIP. Nothing new.", ANNOUNCE_SKIP, false],
+    ["`announce_skip`", ANNOUNCE_SKIP, false],
   ])("isSkip(%j, %s) → %s", (reply, token, expected) => {
     expect(isSkip(reply, token)).toBe(expected);
   });

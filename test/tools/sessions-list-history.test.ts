@@ -105,6 +105,24 @@ describe("sessions_list", () => {
     expect(row.messages.map((m: any) => [m.role, m.content[0].type])).toEqual([["assistant", "toolCall"], ["assistant", "text"]]);
   });
 
+  it("R7 messageLimit messages have long texts cut as sessions_history cuts them: one huge webhook payload does not flood the caller's model context", async () => {
+    const entry = await h.app.sessions.upsert("hook:bulky", "main");
+    const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+    // A hook may post up to 256 KiB; its echo is as long.
+    await h.app.transcripts.appendMessage(ref, { role: "user", content: `payload ${"p".repeat(200_000)}`, timestamp: Date.now() });
+    await h.app.transcripts.appendMessage(ref, { role: "assistant", content: [{ type: "text", text: `echo ${"e".repeat(200_000)}` }], timestamp: Date.now() });
+    const result = await callViaGateway(h, "agent:main:ops", "sessions_list", { messageLimit: 2, kinds: ["hook"] });
+    const [user, reply] = result.sessions.find((r: any) => r.key === "hook:bulky").messages;
+    expect(user.content.startsWith("payload ")).toBe(true);
+    expect(user.content.length).toBeLessThan(4100);
+    expect(user.content.endsWith("…(truncated)…")).toBe(true);
+    expect(reply.content[0].text.startsWith("echo ")).toBe(true);
+    expect(reply.content[0].text.length).toBeLessThan(4100);
+    // What the caller's model was given next is the cut result, not 400 KB.
+    const toolResult = (await messagesOf(h.app, "agent:main:ops")).filter((m) => m.role === "toolResult").at(-1)!;
+    expect(JSON.stringify(toolResult).length).toBeLessThan(20_000);
+  });
+
   it("R7 kinds filter; limit defaults to and is clamped at 200, applied after filtering", async () => {
     for (let i = 0; i < 205; i++) await h.app.sessions.upsert(`cron:bulk-${i}`, "main");
     // Newer sessions of another kind: a limit applied before filtering would return fewer crons.

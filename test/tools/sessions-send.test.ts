@@ -347,6 +347,26 @@ describe("sessions_send: reply-back loop and announce", () => {
     expect(h!.app.outbox.get(`a2a-announce:${result.runId}`)).toBeUndefined();
   });
 
+  // Models dress a bare token (a full stop, quotes, code or bold markup): posted, the chat would read the literal token.
+  it.each(["ANNOUNCE_SKIP.", "`ANNOUNCE_SKIP`", "**ANNOUNCE_SKIP**", '"ANNOUNCE_SKIP"'])("R22 an ANNOUNCE_SKIP dressed in punctuation or markup (%j) stays silent too: the token never reaches the chat", async (reply) => {
+    await boot();
+    script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: reply } : undefined);
+    const result = await send({ sessionKey: TGT, message: "q", timeoutSeconds: 5 });
+    await settle(h!);
+    expect(stepRequests("a2a-announce")).toHaveLength(1);
+    expect(telegram.textsTo("-100tgt")).toEqual([]);
+    expect(h!.app.outbox.get(`a2a-announce:${result.runId}`)).toBeUndefined();
+  });
+
+  it("R21 a REPLY_SKIP dressed in punctuation (\"REPLY_SKIP.\") stops the ping-pong; a reply with words besides the token does not", async () => {
+    await boot();
+    script = (req, step) => (step === "a2a-reply" ? { content: sessionOf(req) === TGT ? "*REPLY_SKIP.*" : "no REPLY_SKIP yet: one more question" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    await send({ sessionKey: TGT, message: "q", timeoutSeconds: 5 });
+    await settle(h!);
+    expect(stepRequests("a2a-reply").map(sessionOf)).toEqual([REQ, TGT]);
+    expect(systemOf(stepRequests("a2a-announce")[0])).toContain("Latest reply: no REPLY_SKIP yet: one more question");
+  });
+
   it("R22 R17 D2 the send policy applies to the announce: a denied target chat gets nothing", async () => {
     await boot();
     const admin = await h!.client();

@@ -19,6 +19,7 @@ import type { RunEvent, RunOutcome } from "../runtime.js";
 import type { DeliveryContext } from "../../sessions/entry.js";
 import type { KvSpace } from "../../store/kv.js";
 import type { BackgroundTasks } from "../../tools/background.js";
+import { isSkipToken } from "../../tools/a2a-prompts.js";
 import { outboundTargetOf } from "../../tools/delivery-route.js";
 import { formatStatsLine, normalizeAnnounce, type SubagentStatus } from "./announce.js";
 import { SUBAGENT_ANNOUNCE_MESSAGE, SUBAGENT_ANNOUNCE_SKIP, subagentAnnouncePrompt } from "./prompts.js";
@@ -193,7 +194,7 @@ export class SubagentRegistry {
     // Shutting down: leave the announce to the next process rather than post a degraded one.
     if (!app.runtime.accepting) return;
     const reply = step.status === "ok" ? step.reply : "";
-    if (step.status === "ok" && reply.trim() === SUBAGENT_ANNOUNCE_SKIP) {
+    if (step.status === "ok" && isSkipToken(reply, SUBAGENT_ANNOUNCE_SKIP)) {
       log.info({ runId: run.runId }, "sub-agent announce skipped (ANNOUNCE_SKIP)");
     } else if (!run.requesterOrigin) {
       log.info({ runId: run.runId, requester: run.requesterSessionKey }, "sub-agent announce not posted: the requester had no chat route at spawn time");
