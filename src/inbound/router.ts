@@ -28,6 +28,7 @@ import { isOwner } from "./owners.js";
 import { resolveRoute, type Route } from "./route.js";
 import { BoundedMap } from "../util/bounded-map.js";
 import { safeParse } from "../util/safe-parse.js";
+import { isSkipToken } from "../util/skip-token.js";
 
 interface InboundRecord {
   id: string;
@@ -272,7 +273,7 @@ export class InboundRouter {
     await this.recordWebchat(p);
     const { done } = this.deps.runtime.start({ sessionKey: p.sessionKey, agentId: p.agentId, message: p.text, runId: p.runId, userMessageRecorded: true, origin: { channel: "webchat", to: p.sessionKey, accountId: "default" } });
     const delivered = done.then(async (outcome) => {
-      if (outcome.status === "ok" && outcome.reply && outcome.reply !== "NO_REPLY") {
+      if (outcome.status === "ok" && outcome.reply && !isSkipToken(outcome.reply, NO_REPLY)) {
         await outbox.enqueue({ id: `reply:webchat:${p.runId}`, sessionKey: p.sessionKey, target: { channel: "webchat", accountId: "default", to: p.sessionKey, replyToMessageId: p.runId }, text: outcome.reply, kind: "reply" });
       }
       return outcome;
@@ -550,8 +551,11 @@ function errorText(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).slice(0, 1000);
 }
 
+/** The reply that stays silent (dressed in punctuation or markup too: see isSkipToken). */
+const NO_REPLY = "NO_REPLY";
+
 /** What the chat sees: the reply, or a short notice when the run failed (never silence). */
 export function replyText(outcome: RunOutcome): string {
-  if (outcome.status === "ok") return outcome.reply === "NO_REPLY" ? "" : outcome.reply;
+  if (outcome.status === "ok") return isSkipToken(outcome.reply, NO_REPLY) ? "" : outcome.reply;
   return `⚠️ ${outcome.error}`;
 }

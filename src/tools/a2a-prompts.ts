@@ -2,6 +2,7 @@
  * The extra system prompts of the agent-to-agent steps (R19, R21, R22). Each starts with a fixed
  * first line (interfaces §4) so operators can recognise the step in transcripts and logs. Pure.
  */
+import { isSkipToken } from "../util/skip-token.js";
 export const REPLY_SKIP = "REPLY_SKIP";
 export const ANNOUNCE_SKIP = "ANNOUNCE_SKIP";
 export const ANNOUNCE_STEP_MESSAGE = "Agent-to-agent announce step.";
@@ -57,17 +58,4 @@ export function announceStepPrompt(p: A2AParties & { request: string; roundOneRe
 export function isSkip(reply: string | undefined, token: string): boolean {
   const text = reply?.trim() ?? "";
   return text === "" || isSkipToken(text, token);
-}
-
-/** Whitespace, punctuation and markdown marks (`, ~, ^, >) around a reply. */
-const DRESSING = /^[\s\p{P}`~^>]+|[\s\p{P}`~^>]+$/gu;
-
-/**
- * The reply is the skip token and nothing else. Models often dress the bare token — a full stop,
- * quotes, code or bold markup (`ANNOUNCE_SKIP.`, `` `ANNOUNCE_SKIP` ``, `**ANNOUNCE_SKIP**`) —
- * and such a reply, posted, puts the literal token in a chat; so marks around it are ignored.
- * Any word besides the token (or another letter case) still makes it a reply.
- */
-export function isSkipToken(reply: string, token: string): boolean {
-  return reply.replace(DRESSING, "") === token;
 }

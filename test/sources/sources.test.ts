@@ -78,12 +78,12 @@ describe("cron", () => {
     expect(telegram.sent).toEqual([]);
   });
 
-  it("R3 a NO_REPLY answer is recorded but not delivered to the cron session's chat", async () => {
+  it.each(["NO_REPLY", "NO_REPLY.", "`NO_REPLY`"])("R3 a %s answer is recorded but not delivered to the cron session's chat", async (answer) => {
     const telegram = new RecordingAdapter("telegram");
-    h = await startHarness({ store: "memory", adapters: [telegram], responder: toolDriver(() => ({ content: "NO_REPLY" })), config: { cron: { jobs: [{ id: "report", schedule: "0 0 1 1 *", message: "anything new?" }] } } });
+    h = await startHarness({ store: "memory", adapters: [telegram], responder: toolDriver(() => ({ content: answer })), config: { cron: { jobs: [{ id: "report", schedule: "0 0 1 1 *", message: "anything new?" }] } } });
     await h.app.sessions.upsert("cron:report", "main", { deliveryContext: { channel: "telegram", to: "777", accountId: "default" } });
     const { done, runId } = await features(h).cron.fire(h.app.config.cron.jobs[0]);
-    expect(await done).toMatchObject({ status: "ok", reply: "NO_REPLY" });
+    expect(await done).toMatchObject({ status: "ok", reply: answer });
     expect(h.app.outbox.get(`cron:${runId}`)).toBeUndefined();
     expect(telegram.sent).toEqual([]);
   });

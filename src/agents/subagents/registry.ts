@@ -19,7 +19,7 @@ import type { RunEvent, RunOutcome } from "../runtime.js";
 import type { DeliveryContext } from "../../sessions/entry.js";
 import type { KvSpace } from "../../store/kv.js";
 import type { BackgroundTasks } from "../../tools/background.js";
-import { isSkipToken } from "../../tools/a2a-prompts.js";
+import { isSkipToken } from "../../util/skip-token.js";
 import { outboundTargetOf } from "../../tools/delivery-route.js";
 import { formatStatsLine, normalizeAnnounce, type SubagentStatus } from "./announce.js";
 import { SUBAGENT_ANNOUNCE_MESSAGE, SUBAGENT_ANNOUNCE_SKIP, subagentAnnouncePrompt } from "./prompts.js";
