@@ -6,6 +6,11 @@
  *
  * Answers: 404 when hooks are disabled, 401 for a missing or wrong token (Authorization: Bearer
  * or x-switchboard-token), 400 naming the problem for a bad body, 413 for an oversized one.
+ *
+ * Senders retry a delivery they got no answer for (a `wait` can take two minutes, longer than
+ * many senders wait), so a hook may name itself: `idempotencyKey` in the body or an
+ * `Idempotency-Key` header. A repeat is answered from the first run and runs nothing, delivers
+ * nothing; across a restart, the reply's outbox id still keeps it from being delivered twice.
  */
 import { randomUUID, timingSafeEqual } from "node:crypto";
 import type http from "node:http";
@@ -24,6 +29,7 @@ export const HOOKS_PATH = "/hooks/agent";
 export const MAX_BODY_BYTES = 256 * 1024;
 /** `wait: true` answers within this, with status "timeout" if the run is still going. */
 const HOOK_WAIT_MS = 120_000;
+const MAX_IDEMPOTENCY_KEY_CHARS = 200;
 
 const HookBody = z.strictObject({
   message: z.string({ error: "message required" }).trim().min(1, "message required"),
@@ -34,6 +40,7 @@ const HookBody = z.strictObject({
   to: z.string().trim().min(1).optional(),
   accountId: z.string().trim().min(1).optional(),
   wait: z.boolean().optional(),
+  idempotencyKey: z.string().trim().min(1).max(MAX_IDEMPOTENCY_KEY_CHARS).optional(),
 });
 
 class HttpProblem extends Error {
@@ -76,6 +83,11 @@ async function handle(app: App, req: http.IncomingMessage, log: pino.Logger): Pr
   if (!parsed.success) throw new HttpProblem(400, `invalid hook body: ${describeZodError(parsed.error)}`);
   const p = parsed.data;
 
+  const idempotencyKey = p.idempotencyKey ?? idempotencyHeader(req);
+  const runId = idempotencyKey ? `hook-key:${idempotencyKey}` : `hook-${randomUUID()}`;
+  const first = app.runtime.get(runId);
+  if (first) return answer(app, first.runId, first.sessionKey, p.wait === true, true);
+
   const askedAgent = hookAgent(app, p);
   const agentId = askedAgent ?? app.defaultAgentId;
   const sessionKey = p.sessionKey ? app.canonicalKey(p.sessionKey, agentId) : hookSessionKey(randomUUID());
@@ -93,19 +105,31 @@ async function handle(app: App, req: http.IncomingMessage, log: pino.Logger): Pr
   if (!app.runtime.accepting) throw new HttpProblem(503, "the daemon is shutting down: hook not accepted, send it again once it is back");
   const runAgent = agentIdFromKey(sessionKey, existing?.agentId ?? agentId);
   if (!existing) await app.sessions.upsert(sessionKey, runAgent);
-  const runId = `hook-${randomUUID()}`;
-  const { done } = app.runtime.start({ sessionKey, agentId: runAgent, message: p.message, runId, provenance: { kind: "external_user" }, sender: { id: "hook" } });
+  // A concurrent repeat may have started the run meanwhile: start() then hands that one back.
+  const { done, info } = app.runtime.start({ sessionKey, agentId: runAgent, message: p.message, runId, provenance: { kind: "external_user" }, sender: { id: "hook" } });
   if (p.deliver && target) {
     void done.then(async (outcome) => {
       const text = replyText(outcome);
       if (text) await app.outbox.enqueue({ id: `hook:${runId}`, sessionKey, target: outboundTargetOf(target), text, kind: "reply" });
     }).catch((err: unknown) => log.error({ err, runId }, "hook reply delivery failed"));
   }
-  const shownKey = displayKey(sessionKey);
-  if (!p.wait) return { status: 202, body: { runId, sessionKey: shownKey } };
+  return answer(app, runId, info.sessionKey, p.wait === true, false);
+}
+
+/** 202 `{runId, sessionKey}`, or with `wait` 200 with the outcome; `repeat` marks a retried hook. */
+async function answer(app: App, runId: string, sessionKey: string, wait: boolean, repeat: boolean): Promise<{ status: number; body: unknown }> {
+  const shown = { runId, sessionKey: displayKey(sessionKey), ...(repeat ? { repeat: true } : {}) };
+  if (!wait) return { status: 202, body: shown };
   const waited = await app.runtime.wait(runId, HOOK_WAIT_MS);
   const info = app.runtime.get(runId);
-  return { status: 200, body: { runId, sessionKey: shownKey, status: waited.status, ...(info?.reply !== undefined ? { reply: info.reply } : {}), ...(waited.error ? { error: waited.error } : {}) } };
+  return { status: 200, body: { ...shown, status: waited.status, ...(info?.reply !== undefined ? { reply: info.reply } : {}), ...(waited.error ? { error: waited.error } : {}) } };
+}
+
+function idempotencyHeader(req: http.IncomingMessage): string | undefined {
+  const value = req.headers["idempotency-key"];
+  const key = (Array.isArray(value) ? value[0] : value)?.trim();
+  if (key && key.length > MAX_IDEMPOTENCY_KEY_CHARS) throw new HttpProblem(400, `Idempotency-Key longer than ${MAX_IDEMPOTENCY_KEY_CHARS} characters`);
+  return key || undefined;
 }
 
 /**

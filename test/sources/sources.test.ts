@@ -239,6 +239,25 @@ describe("hooks: POST /hooks/agent", () => {
     await vi.waitFor(() => expect(telegram.textsTo("4242")).toEqual(["echo: alert"]));
   });
 
+  it("a hook retried with its idempotencyKey (body or Idempotency-Key header) is answered from the first run: one model call, one delivery", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ store: "memory", adapters: [telegram], responder: toolDriver(), config: { hooks: { enabled: true, token: TOKEN } } });
+    const first = (await (await post({ message: "deploy done", deliver: true, channel: "telegram", to: "4242", idempotencyKey: "gh-delivery-1", wait: true })).json()) as Record<string, unknown>;
+    expect(first).toMatchObject({ status: "ok", reply: "echo: deploy done" });
+    const again = await post({ message: "deploy done", deliver: true, channel: "telegram", to: "4242", idempotencyKey: "gh-delivery-1", wait: true });
+    expect(again.status).toBe(200);
+    expect(await again.json()).toEqual({ ...first, repeat: true });
+    const viaHeader = await post({ message: "deploy done", deliver: true, channel: "telegram", to: "4242" }, { authorization: `Bearer ${TOKEN}`, "idempotency-key": "gh-delivery-1" });
+    expect(viaHeader.status).toBe(202);
+    expect(await viaHeader.json()).toEqual({ runId: first.runId, sessionKey: first.sessionKey, repeat: true });
+    await vi.waitFor(() => expect(h!.app.outbox.get(`hook:${String(first.runId)}`)).toMatchObject({ state: "sent" }));
+    expect(telegram.textsTo("4242")).toEqual(["echo: deploy done"]);
+    expect(h.model.requests).toHaveLength(1);
+    const other = (await (await post({ message: "deploy done", idempotencyKey: "gh-delivery-2", wait: true })).json()) as Record<string, unknown>;
+    expect(other.runId).not.toBe(first.runId);
+    expect(h.model.requests).toHaveLength(2);
+  });
+
   it("R30 D2 a delivered hook reply is gated by the send policy: a keyPrefix \"hook:\" deny rule leaves the chat untouched", async () => {
     const telegram = new RecordingAdapter("telegram");
     h = await startHarness({
