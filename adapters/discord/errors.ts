@@ -75,8 +75,11 @@ export function toPlatformError(err: unknown, token?: string): PlatformError {
   if (err instanceof Error) {
     const code = gatewayCode(err) ?? "transport";
     const cause = (err as { cause?: { code?: string } }).cause;
-    const detail = err.name === "AbortError" || err.name === "TimeoutError" ? "request timed out (outcome unknown)" : err.message;
-    return new PlatformError("discord", code, clean(cause?.code ? `${detail} (${cause.code})` : detail), { cause: err });
+    const timedOut = err.name === "AbortError" || err.name === "TimeoutError";
+    const detail = timedOut ? "request timed out (outcome unknown)" : err.message;
+    // No answer in time: the message may have been created. The outbox repeats it under its nonce,
+    // but only while Discord still dedupes that (IDEMPOTENCY_WINDOW_MS).
+    return new PlatformError("discord", code, clean(cause?.code ? `${detail} (${cause.code})` : detail), { cause: err, outcomeUnknown: timedOut });
   }
   return new PlatformError("discord", "transport", clean(String(err)), { cause: err });
 }

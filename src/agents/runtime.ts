@@ -264,6 +264,13 @@ export class AgentRuntime {
       // The entry is updated in memory at once. Its store write is not awaited: the store commits
       // in issue order, so the reply's outbox record (written later) cannot be durable before it.
       this.recordUsage(req.sessionKey, res.usage, resolved.ref).catch((err: unknown) => log.error({ err }, "could not store token usage"));
+      // No text because the model was cut off (out of tokens — a reasoning model can spend them
+      // all thinking — or filtered) is a failed run, not a choice to stay silent (that is an
+      // empty "stop", or NO_REPLY): the chat gets a notice instead of nothing. Not recorded as
+      // an answer, so a resumed message runs again.
+      if (!res.toolCalls.length && !res.content.trim() && res.finishReason !== "stop") {
+        throw new Error(`the model returned no text (finish_reason: ${res.finishReason})`);
+      }
       const assistant: TranscriptMessage = {
         role: "assistant",
         content: [

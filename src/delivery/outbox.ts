@@ -56,6 +56,15 @@ export interface OutboxRecord {
   next: number;
   /** Chunk index whose platform call started but was never acknowledged. */
   attempted?: number;
+  /** When the latest attempt at a chunk began (stored with its `attempted` mark). */
+  lastAttemptAt?: number;
+  /**
+   * Where the platform dedupes (idempotentSends): when the current chunk's earliest attempt that
+   * may have reached the platform began. Its dedupe window (IDEMPOTENCY_WINDOW_MS) counts from there.
+   */
+  reachedAt?: number;
+  /** When the current chunk's first failed attempt began (see maxAttempts). */
+  failingSince?: number;
   unknownChunks?: number[];
   messageIds: string[];
   /** Attempts at the current chunk (from 0 again once one is acknowledged): the backoff and the cap. */
@@ -83,8 +92,8 @@ export interface OutboxDeps {
   now?: () => number;
   sleep?: (ms: number) => Promise<void>;
   /**
-   * Attempts for a message whose failures are retryable (rate limits, transport). Default: no
-   * cap, only maxAgeMs — 50 tries at the 30 s backoff cap ended an outage's retries after ~22 min.
+   * Attempts for a message whose failures are retryable (rate limits, transport), counted while
+   * the platform takes other sends of the same account; during an outage maxAgeMs alone applies.
    */
   maxAttempts?: number;
   /** A retryable failure keeps retrying until the message is this old (platform outages). */
@@ -106,6 +115,17 @@ const TERMINAL: ReadonlySet<OutboxState> = new Set(["sent", "suppressed", "faile
 export const MAX_INTERRUPTED_STARTS = 10;
 
 /**
+ * How long after a send that may have reached it a platform that dedupes by idempotency key is
+ * trusted to still dedupe a repeat. Discord checks a nonce (enforce_nonce) only "in the past few
+ * minutes" (Create Message): a chunk repeated later — by a restart long after the send it
+ * interrupted, or by retries through an outage that outlasts the window — would be posted twice.
+ * Past this, such a chunk is settled as on a platform without keys: `unknown_after_send`, not
+ * re-sent. Two minutes stays inside "a few"; a send that never reached the platform (no journal
+ * line, a refused connection, a 429) is sent however late.
+ */
+export const IDEMPOTENCY_WINDOW_MS = 2 * 60_000;
+
+/**
  * Finished messages kept whole in memory (`get`). Older ones are remembered by outcome only: a
  * daemon that kept every record it ever sent grew by ~700 bytes a message, and the collector's
  * full passes over that heap were the longest pauses on the inbound path (bench/).
@@ -122,6 +142,8 @@ export class Outbox {
   private readonly recentlyFinished = new Set<string>();
   private readonly waiters = new Map<string, Array<(r: OutboxResult) => void>>();
   private readonly lanes = new Map<string, Promise<void>>();
+  /** When a send of each bot account (`channel:accountId`) last went through. */
+  private readonly deliveredAt = new Map<string, number>();
   private readonly limiter: RateLimiter;
   private readonly now: () => number;
   private readonly sleep: (ms: number) => Promise<void>;
@@ -387,7 +409,12 @@ export class Outbox {
     // checked before the mark is issued (a write after enqueue's delete would bring the row back)
     // and after it (the enqueue write, issued first, may still fail).
     if (this.records.get(record.id) !== record) return "stop";
+    if (adapter.idempotentSends && record.reachedAt !== undefined && this.now() - record.reachedAt > IDEMPOTENCY_WINDOW_MS) {
+      log.warn({ chunk: record.next, sinceMs: this.now() - record.reachedAt }, "send may have reached the platform longer ago than it dedupes repeats; chunk not re-sent (unknown_after_send)");
+      return this.inDoubt(record, chunks.length);
+    }
     record.attempted = record.next;
+    record.lastAttemptAt = this.now();
     record.attempts++;
     const marked = this.persist(record);
     // Observed at once (it is awaited only once acceptance is known): not an unhandled rejection.
@@ -405,12 +432,14 @@ export class Outbox {
         return "stop";
       }
       const chunk = record.next;
-      // A platform that dedupes by idempotency key needs no line: its sends are repeated anyway.
-      const onWire = adapter.idempotentSends ? undefined : () => this.journalStarting(record.id, chunk, log);
+      // Also where the platform dedupes by idempotency key: it does so for minutes only, so a
+      // restart needs to know whether the send may have started (IDEMPOTENCY_WINDOW_MS).
+      const onWire = () => this.journalStarting(record.id, chunk, log);
       // Else the adapter writes the line at the last moment (ChannelAdapter.reportsWire).
-      if (onWire && !adapter.reportsWire) onWire();
-      const receipt = await adapter.send(record.target, chunks[chunk], { idempotencyKey: `${record.id}#${chunk}`, ...(onWire && adapter.reportsWire ? { onWire } : {}) });
+      if (!adapter.reportsWire) onWire();
+      const receipt = await adapter.send(record.target, chunks[chunk], { idempotencyKey: `${record.id}#${chunk}`, ...(adapter.reportsWire ? { onWire } : {}) });
       this.limiter.settle(ticket);
+      this.deliveredAt.set(accountOf(record), this.now());
       record.messageIds.push(receipt.messageId);
       record.next++;
       record.attempted = undefined;
@@ -418,6 +447,8 @@ export class Outbox {
       // A long reply's later chunk gets its own tries and backoff, not what the chunks before it used.
       record.attempts = 0;
       record.interruptions = undefined;
+      record.reachedAt = undefined;
+      record.failingSince = undefined;
       // The last chunk's acknowledgement is persisted by finish() (one write, not two).
       if (record.next < chunks.length) await this.persist(record);
       return "next";
@@ -430,14 +461,17 @@ export class Outbox {
       // where the platform would not dedupe it — a duplicate is worse than a reply marked unknown.
       if (perr.outcomeUnknown && !adapter.idempotentSends) {
         log.warn({ err: perr.message, chunk: record.next }, "send failed after it reached the platform; chunk not re-sent (unknown_after_send)");
-        record.unknownChunks = [...(record.unknownChunks ?? []), record.next];
-        record.next++;
-        record.attempts = 0;
-        if (record.next < chunks.length) await this.persist(record);
-        return "next";
+        return this.inDoubt(record, chunks.length);
       }
+      // Repeated under the same key, but only while the platform still dedupes it (see above).
+      if (perr.outcomeUnknown) record.reachedAt ??= record.lastAttemptAt;
       // Outages are retried (capped backoff) for hours: a reply is worth more late than lost.
-      if (!perr.retryable || record.attempts >= (this.deps.maxAttempts ?? Infinity) || this.now() - record.createdAt > (this.deps.maxAgeMs ?? 6 * 3600_000)) {
+      // maxAttempts (~20 minutes of 30 s retries) would end that long before maxAgeMs, so it
+      // counts only while the platform takes the account's other sends — this send alone is
+      // failing (a poison send holding up its chat); while nothing gets through, only age ends it.
+      record.failingSince ??= record.lastAttemptAt ?? this.now();
+      const platformUp = (this.deliveredAt.get(accountOf(record)) ?? -Infinity) >= record.failingSince;
+      if (!perr.retryable || (record.attempts >= (this.deps.maxAttempts ?? 50) && platformUp) || this.now() - record.createdAt > (this.deps.maxAgeMs ?? 6 * 3600_000)) {
         log.error({ err: perr.message, code: perr.code, attempts: record.attempts }, "delivery failed");
         await this.finish(record, "failed");
         await this.recordDelivery(record, "failed", perr.message);
@@ -452,6 +486,18 @@ export class Outbox {
     } finally {
       this.inflight--;
     }
+  }
+
+  /** The record's next chunk may have arrived and is not sent again: `unknown_after_send`, and on to the rest. */
+  private async inDoubt(record: OutboxRecord, chunkCount: number): Promise<"next"> {
+    record.unknownChunks = [...(record.unknownChunks ?? []), record.next];
+    record.next++;
+    record.attempts = 0;
+    record.interruptions = undefined;
+    record.reachedAt = undefined;
+    record.failingSince = undefined;
+    if (record.next < chunkCount) await this.persist(record);
+    return "next";
   }
 
   /**
@@ -474,7 +520,11 @@ export class Outbox {
     const index = record.attempted as number;
     record.attempted = undefined;
     const neverStarted = !this.journal.mayHaveStarted(record.id, index);
-    if (neverStarted || this.deps.adapter(record.target.channel, record.target.accountId)?.idempotentSends) {
+    const idempotent = !!this.deps.adapter(record.target.channel, record.target.accountId)?.idempotentSends;
+    // The platform's dedupe counts from the earliest attempt that may have reached it.
+    if (!neverStarted && idempotent) record.reachedAt ??= record.lastAttemptAt ?? record.updatedAt;
+    const deduped = idempotent && record.reachedAt !== undefined && this.now() - record.reachedAt <= IDEMPOTENCY_WINDOW_MS;
+    if (neverStarted || deduped) {
       const interruptions = (record.interruptions ?? 0) + 1;
       if (interruptions >= MAX_INTERRUPTED_STARTS) {
         record.error = `send of chunk ${index} interrupted by a restart at ${interruptions} starts in a row: given up (a send that kills the process would crash the daemon at every start)`;
@@ -490,7 +540,9 @@ export class Outbox {
       record.unknownChunks = [...(record.unknownChunks ?? []), index];
       record.next = index + 1;
       record.interruptions = undefined;
-      log.warn({ chunk: index }, "send interrupted by a restart; chunk not re-sent (unknown_after_send)");
+      record.reachedAt = undefined;
+      record.failingSince = undefined;
+      log.warn({ chunk: index }, idempotent ? "send interrupted by a restart longer ago than the platform dedupes repeats; chunk not re-sent (unknown_after_send)" : "send interrupted by a restart; chunk not re-sent (unknown_after_send)");
     }
     await this.persist(record);
     return true;
@@ -546,6 +598,10 @@ export class Outbox {
     // Once the store shows no send in progress, no journal line of the record is needed.
     if (settles) this.journal.settled(record.id);
   }
+}
+
+function accountOf(record: OutboxRecord): string {
+  return `${record.target.channel}:${record.target.accountId}`;
 }
 
 function toResult(record: OutboxRecord): OutboxResult {

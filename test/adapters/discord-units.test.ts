@@ -85,7 +85,8 @@ describe("toPlatformError", () => {
 
   it("a send that timed out says its outcome is unknown, not that it was aborted", () => {
     const mapped = toPlatformError(new DOMException("This operation was aborted", "TimeoutError"));
-    expect(mapped).toMatchObject({ code: "transport", retryable: true });
+    // outcomeUnknown: repeated under its nonce only while Discord still dedupes it (outbox IDEMPOTENCY_WINDOW_MS).
+    expect(mapped).toMatchObject({ code: "transport", retryable: true, outcomeUnknown: true });
     expect(mapped.message).toBe("discord: request timed out (outcome unknown)");
   });
 

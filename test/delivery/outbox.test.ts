@@ -4,7 +4,7 @@ import path from "node:path";
 import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { PlatformError, type OutboundTarget, type SendOptions } from "../../src/channels/types.js";
-import { MAX_INTERRUPTED_STARTS, Outbox, type OutboxRecord } from "../../src/delivery/outbox.js";
+import { IDEMPOTENCY_WINDOW_MS, MAX_INTERRUPTED_STARTS, Outbox, type OutboxRecord } from "../../src/delivery/outbox.js";
 import { openSendJournal, parseJournal, type SendJournal } from "../../src/delivery/send-journal.js";
 import type { SendPolicyConfig } from "../../src/policy/send-policy.js";
 import type { SessionEntry } from "../../src/sessions/entry.js";
@@ -194,18 +194,6 @@ describe("outbox — the one outbound gate", () => {
     // Tried at 0 h, 4 h and 8 h: the third failure finds it past six hours old.
     expect(await done).toMatchObject({ status: "failed", error: expect.stringContaining("429") });
     expect(adapter.idempotencyKeys).toEqual(["stale#0", "stale#0", "stale#0"]);
-  });
-
-  it("a platform outage of an hour (transport failures every 30 s) is outlasted: the reply goes once the platform is back, instead of failing after 50 tries (~22 min)", async () => {
-    let now = Date.now();
-    const adapter = new RecordingAdapter("telegram", "default", 50);
-    adapter.failures.push(...Array.from({ length: 125 }, () => new PlatformError("telegram", "transport", "connect ECONNREFUSED")));
-    const { outbox } = await setup({ adapter, clock: { now: () => now, sleep: async (ms) => void (now += ms) } });
-    const start = now;
-    const { done } = await outbox.enqueue({ id: "outage", target, text: "late but here", kind: "reply" });
-    expect(await done).toMatchObject({ status: "sent" });
-    expect(adapter.sent.map((m) => m.text)).toEqual(["late but here"]);
-    expect(now - start).toBeGreaterThan(3600_000);
   });
 
   it("a 429 holds back the account's other chats too, until its retry_after has passed", async () => {
@@ -400,13 +388,33 @@ describe("outbox — the one outbound gate", () => {
     expect(waits).toEqual([500]);
   });
 
-  it("a send failing for good is tried maxAttempts times in all, then failed", async () => {
+  it("a send failing for good while the platform takes the account's other sends is tried maxAttempts times in all, then failed", async () => {
     const adapter = new RecordingAdapter("telegram", "default", 50);
-    adapter.failures.push(...Array.from({ length: 5 }, () => new PlatformError("telegram", "transport", "ECONNRESET")));
-    const { outbox } = await setup({ adapter, maxAttempts: 3 });
+    adapter.beforeResolve = (to) => {
+      if (to.to === "-100") throw new PlatformError("telegram", "transport", "ECONNRESET");
+    };
+    let others = 0;
+    let box: Outbox | undefined;
+    // Another chat of the same bot is answered while this one waits to retry: the platform is up.
+    const sleep = async () => void (await (await box!.enqueue({ id: `other-${others++}`, target: { ...target, to: "-200" }, text: "fine", kind: "reply" })).done);
+    const { outbox } = await setup({ adapter, maxAttempts: 3, clock: { now: Date.now, sleep } });
+    box = outbox;
     const { done } = await outbox.enqueue({ id: "down", target, text: "hi", kind: "reply" });
     expect(await done).toMatchObject({ status: "failed", error: expect.stringContaining("ECONNRESET") });
-    expect(adapter.idempotencyKeys).toEqual(["down#0", "down#0", "down#0"]);
+    expect(adapter.idempotencyKeys.filter((k) => k.startsWith("down"))).toEqual(["down#0", "down#0", "down#0"]);
+  });
+
+  it("an outage (no send of the account getting through) is retried until the reply is maxAgeMs old, not given up after maxAttempts (~20 minutes of 30 s retries): the reply arrives once the platform is back", async () => {
+    let now = Date.now();
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.failures.push(...Array.from({ length: 80 }, () => new PlatformError("telegram", "transport", "connect ECONNREFUSED")));
+    const { outbox } = await setup({ adapter, clock: { now: () => now, sleep: async (ms) => void (now += ms) } });
+    const started = now;
+    const { done } = await outbox.enqueue({ id: "outage", target, text: "late but here", kind: "reply" });
+    expect(await done).toMatchObject({ status: "sent" });
+    expect(adapter.idempotencyKeys).toHaveLength(81);
+    expect(adapter.sent.map((m) => m.text)).toEqual(["late but here"]);
+    expect(now - started).toBeGreaterThan(35 * 60_000);
   });
 
   it("a chat waiting for its rate limit holds back no other chat's message: each destination has its own lane", async () => {
@@ -612,6 +620,70 @@ describe("outbox — the one outbound gate", () => {
     expect(adapter.sent.map((m) => m.text)).toEqual(["two"]);
     expect(adapter.idempotencyKeys).toEqual(["nonce#1"]);
     expect(outbox.get("nonce")?.unknownChunks).toBeUndefined();
+  });
+
+  describe("Discord dedupes a nonce for a few minutes only (Create Message enforce_nonce): a chunk that may have reached it is repeated within IDEMPOTENCY_WINDOW_MS, never later", () => {
+    /** A first process whose send hangs on a deduping platform (it dies there), then a restart `afterMs` later. */
+    const restartAfter = async (afterMs: number) => {
+      const stateDir = freshStateDir();
+      const hung: Array<() => void> = [];
+      const dying = Object.assign(new RecordingAdapter("telegram", "default", 50), { idempotentSends: true, beforeResolve: () => new Promise<void>((resolve) => hung.push(resolve)) });
+      const first = await setup({ stateDir, adapter: dying });
+      cleanups.push(() => hung.forEach((resolve) => resolve()));
+      await first.outbox.enqueue({ id: "cut", target, text: `${"a".repeat(40)} ${"b".repeat(40)}`, kind: "reply" });
+      await vi.waitFor(() => expect(hung).toHaveLength(1));
+      const later = Date.now() + afterMs;
+      const adapter = Object.assign(new RecordingAdapter("telegram", "default", 50), { idempotentSends: true });
+      const second = await setup({ stateDir, adapter, clock: { now: () => later, sleep: async () => {} } });
+      await vi.waitFor(() => expect(second.outbox.get("cut")?.state).toBe("sent"));
+      return { adapter, outbox: second.outbox };
+    };
+
+    it("a restart longer after the interrupted send than the window does not repeat it (Discord would post it twice): unknown_after_send, and the rest goes", async () => {
+      const { adapter, outbox } = await restartAfter(IDEMPOTENCY_WINDOW_MS + 60_000);
+      expect(adapter.sent.map((m) => m.text)).toEqual(["b".repeat(40)]);
+      expect(adapter.idempotencyKeys).toEqual(["cut#1"]);
+      expect(outbox.get("cut")?.unknownChunks).toEqual([0]);
+      expect(outbox.unknown).toBe(1);
+    });
+
+    it("a restart within the window repeats the interrupted send under the same key", async () => {
+      const { adapter, outbox } = await restartAfter(30_000);
+      expect(adapter.idempotencyKeys).toEqual(["cut#0", "cut#1"]);
+      expect(outbox.get("cut")?.unknownChunks).toBeUndefined();
+    });
+
+    it("a chunk marked attempted whose send never started is sent however late the restart", async () => {
+      const long = Date.now() - 24 * 3600_000;
+      const adapter = Object.assign(new RecordingAdapter("telegram", "default", 50), { idempotentSends: true });
+      const { outbox } = await resumeAfterRestart({ ...interrupted("slow", ["one", "two"], 1), createdAt: long, updatedAt: long }, adapter, false);
+      expect(adapter.sent.map((m) => m.text)).toEqual(["two"]);
+      expect(outbox.get("slow")?.unknownChunks).toBeUndefined();
+    });
+
+    it("retries through an outage: a send with no answer is repeated under its key while the window lasts, then unknown_after_send instead of a late repeat", async () => {
+      let now = Date.now();
+      const adapter = Object.assign(new RecordingAdapter("telegram", "default", 50), { idempotentSends: true });
+      adapter.failures.push(
+        new PlatformError("telegram", "transport", "request timed out (outcome unknown)", { outcomeUnknown: true }),
+        ...Array.from({ length: 8 }, () => new PlatformError("telegram", "transport", "connect ECONNREFUSED")),
+      );
+      const { outbox } = await setup({ adapter, clock: { now: () => now, sleep: async (ms) => void (now += ms) } });
+      const { done } = await outbox.enqueue({ id: "outage", target, text: `${"a".repeat(40)} ${"b".repeat(40)}`, kind: "reply" });
+      expect(await done).toMatchObject({ status: "sent", unknownChunks: [0] });
+      // Tried at 0, 0.5, 1.5, 3.5, 7.5, 15.5, 31.5, 61.5 and 91.5 s; at 121.5 s the first try is past the window.
+      expect(adapter.idempotencyKeys).toEqual([...Array.from({ length: 9 }, () => "outage#0"), "outage#1"]);
+      expect(adapter.sent.map((m) => m.text)).toEqual(["b".repeat(40)]);
+    });
+
+    it("an outage in which no send reached the platform still delivers, however long past the window", async () => {
+      let now = Date.now();
+      const adapter = Object.assign(new RecordingAdapter("telegram", "default", 50), { idempotentSends: true });
+      adapter.failures.push(...Array.from({ length: 12 }, () => new PlatformError("telegram", "transport", "connect ECONNREFUSED")));
+      const { outbox } = await setup({ adapter, clock: { now: () => now, sleep: async (ms) => void (now += ms) } });
+      expect(await (await outbox.enqueue({ id: "down", target, text: "hi", kind: "reply" })).done).toMatchObject({ status: "sent", messageIds: ["1"] });
+      expect(adapter.sent.map((m) => m.text)).toEqual(["hi"]);
+    });
   });
 
   describe("a send that kills the process at every start is failed at the MAX_INTERRUPTED_STARTS-th start, not tried for ever (the daemon would crash at every start)", () => {

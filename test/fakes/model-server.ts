@@ -20,6 +20,8 @@ export type ModelReply = {
   /** `arguments` is JSON-encoded unless it is already a string (which lets tests send bad JSON). */
   toolCalls?: { name: string; arguments: unknown; id?: string }[];
   usage?: { prompt_tokens: number; completion_tokens: number };
+  /** The choice's finish_reason (default "tool_calls" with tool calls, else "stop"). */
+  finishReason?: "stop" | "length" | "content_filter" | "tool_calls";
   /** Wait this long before answering; a client that disconnects meanwhile gets nothing. */
   delayMs?: number;
   /** An HTTP error status (default 500 when only `error` is given). */
@@ -158,7 +160,7 @@ interface Completion {
     {
       index: 0;
       message: { role: "assistant"; content: string | null; tool_calls?: ToolCall[] };
-      finish_reason: "tool_calls" | "stop";
+      finish_reason: NonNullable<ModelReply["finishReason"]>;
     },
   ];
   usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
@@ -194,7 +196,7 @@ function buildCompletion(body: ModelRequest, reply: ModelReply, index: number): 
       {
         index: 0,
         message: { role: "assistant", content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) },
-        finish_reason: toolCalls.length ? "tool_calls" : "stop",
+        finish_reason: reply.finishReason ?? (toolCalls.length ? "tool_calls" : "stop"),
       },
     ],
     usage: { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens },

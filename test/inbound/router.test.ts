@@ -3,6 +3,7 @@ import path from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { InboundMessage } from "../../src/channels/types.js";
 import { GIVEN_UP_NOTICE, MAX_RESUMES } from "../../src/inbound/router.js";
+import { echoLastUser } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { stateDirWithPending, withInboundStore, type StoredInbound } from "../helpers/inbound-store.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
@@ -325,6 +326,29 @@ describe("inbound router", () => {
     h.model.setResponder(() => ({ status: 500, error: "upstream exploded" }));
     await h.app.router.accept(inbound({ text: "hi" }));
     await vi.waitFor(() => expect(telegram.textsTo("1001")[0]).toMatch(/^⚠️ model call failed .*HTTP 500/), { timeout: 10_000 });
+  });
+
+  it("a model that returns no text because it was cut off (finish_reason length, content_filter) answers the chat with a notice instead of silence; the next message works", async () => {
+    const { h, telegram } = await boot();
+    h.model.setResponder(() => ({ content: "", finishReason: "length" }));
+    await h.app.router.accept(inbound({ text: "think hard" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["⚠️ the model returned no text (finish_reason: length)"]));
+    h.model.setResponder(() => ({ content: null, finishReason: "content_filter" }));
+    await h.app.router.accept(inbound({ text: "again" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toHaveLength(2));
+    expect(telegram.textsTo("1001")[1]).toBe("⚠️ the model returned no text (finish_reason: content_filter)");
+    h.model.setResponder(echoLastUser);
+    await h.app.router.accept(inbound({ text: "hello" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toHaveLength(3));
+    expect(telegram.textsTo("1001")[2]).toBe("echo: hello");
+  });
+
+  it("an empty reply the model chose to end with (finish_reason stop) stays silent, as NO_REPLY does", async () => {
+    const { h, telegram } = await boot();
+    h.model.setResponder((req, i) => (i === 0 ? { content: "" } : echoLastUser(req, i)));
+    await h.app.router.accept(inbound({ text: "nothing to say" }));
+    await h.app.router.accept(inbound({ text: "now speak" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: now speak"]));
   });
 
   it("a message finished before a restart is still a duplicate when the platform delivers it again (done ids are kept a day); one finished longer ago is deleted at start and processed again", async () => {
