@@ -64,9 +64,20 @@ function toChatMessage(m: TranscriptMessage): ChatMessage {
   const calls = m.content.flatMap((b) => (b.type === "toolCall" ? [b] : []));
   return {
     role: "assistant",
-    content: text || null,
-    ...(calls.length ? { tool_calls: calls.map((c) => ({ id: c.id, type: "function" as const, function: { name: c.name, arguments: JSON.stringify(c.arguments ?? {}) } })) } : {}),
+    // null only beside tool calls: OpenAI refuses an assistant turn with neither ("expected a
+    // string, got null"), and an empty answer would then fail every later call of the session.
+    content: text || (calls.length ? null : ""),
+    ...(calls.length ? { tool_calls: calls.map((c) => ({ id: c.id, type: "function" as const, function: { name: c.name, arguments: argumentsJson(c.arguments) } })) } : {}),
   };
+}
+
+/**
+ * A recorded call's arguments as JSON of an object. Arguments the model gave as bad JSON are
+ * recorded as their raw text; sent back as such a string, servers that parse the history's
+ * arguments into an object (llama.cpp) refuse every later call of the session.
+ */
+function argumentsJson(args: unknown): string {
+  return typeof args === "object" && args !== null && !Array.isArray(args) ? JSON.stringify(args) : "{}";
 }
 
 function userContent(m: Extract<TranscriptMessage, { role: "user" }>): string {

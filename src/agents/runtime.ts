@@ -17,7 +17,7 @@ import type { InputProvenance, TranscriptMessage, TranscriptStore } from "../ses
 import type { AgentTool, ToolSource } from "../tools/types.js";
 import { buildModelMessages } from "./context.js";
 import { NO_MODEL_MESSAGE, type ModelRegistry } from "./models/registry.js";
-import type { ChatMessage, ToolDefinition } from "./models/provider.js";
+import { ModelError, type ChatMessage, type CompletionResult, type ToolDefinition } from "./models/provider.js";
 
 export type Lane = "main" | "nested" | "subagent";
 
@@ -254,22 +254,45 @@ export class AgentRuntime {
     const agent = config.agents.list.find((a) => a.id === req.agentId);
     const tools = this.deps.tools({ sessionKey: req.sessionKey, agentId: req.agentId }).filter((t) => !req.toolFilter || req.toolFilter(t.name));
     const toolDefs: ToolDefinition[] = tools.map((t) => ({ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } }));
-    const history = await transcripts.readMessages(ref.path, HISTORY_LIMIT);
-    const messages: ChatMessage[] = buildModelMessages({ agentName: agent?.name ?? req.agentId, systemPrompt: agent?.systemPrompt, extraSystemPrompt: req.extraSystemPrompt, sessionKey: req.sessionKey, history });
+    let history = await transcripts.readMessages(ref.path, HISTORY_LIMIT);
+    const build = () => buildModelMessages({ agentName: agent?.name ?? req.agentId, systemPrompt: agent?.systemPrompt, extraSystemPrompt: req.extraSystemPrompt, sessionKey: req.sessionKey, history });
+    let messages: ChatMessage[] = build();
+    // Where this run's own assistant turns and tool results begin in `messages`.
+    let runStart = messages.length;
     const maxRounds = config.agents.defaults.maxToolRounds;
     for (let round = 0; round < maxRounds; round++) {
-      const res = await resolved.provider.complete({ model: resolved.model, messages, tools: toolDefs, signal });
+      let res: CompletionResult;
+      try {
+        res = await resolved.provider.complete({ model: resolved.model, messages, tools: toolDefs, signal });
+      } catch (err) {
+        if (!(err instanceof ModelError && err.contextOverflow)) throw err;
+        // The conversation outgrew the model's context window: every later message of the chat
+        // would fail the same way. Ask again without the older half of the earlier conversation
+        // (the transcript keeps it), down to none of it.
+        const turn = history.findLastIndex((m) => m.role === "user");
+        if (turn <= 0) throw new Error(`the message does not fit the model's context window, even without the earlier conversation — ${err.message}`, { cause: err });
+        const drop = Math.ceil(turn / 2);
+        log.info({ dropped: drop, kept: history.length - drop }, "model context window exceeded; asking again with less of the earlier conversation");
+        history = history.slice(drop);
+        const own = messages.slice(runStart);
+        messages = build();
+        runStart = messages.length;
+        messages.push(...own);
+        round--;
+        continue;
+      }
       usage.input += res.usage.input;
       usage.output += res.usage.output;
       // The entry is updated in memory at once. Its store write is not awaited: the store commits
       // in issue order, so the reply's outbox record (written later) cannot be durable before it.
       this.recordUsage(req.sessionKey, res.usage, resolved.ref).catch((err: unknown) => log.error({ err }, "could not store token usage"));
-      // No text because the model was cut off (out of tokens — a reasoning model can spend them
-      // all thinking — or filtered) is a failed run, not a choice to stay silent (that is an
-      // empty "stop", or NO_REPLY): the chat gets a notice instead of nothing. Not recorded as
+      // No text because the server withheld it or the model was cut off before any (a reasoning
+      // model can spend its tokens thinking) is a failed run, not a choice to stay silent (that is
+      // an empty "stop", or NO_REPLY): the chat gets a notice instead of nothing. Not recorded as
       // an answer, so a resumed message runs again.
-      if (!res.toolCalls.length && !res.content.trim() && res.finishReason !== "stop") {
-        throw new Error(`the model returned no text (finish_reason: ${res.finishReason})`);
+      const withheld = WITHHELD.get(res.finishReason);
+      if (!res.toolCalls.length && !res.content.trim() && withheld) {
+        throw new Error(`model ${resolved.ref} returned no answer (finish_reason "${res.finishReason}": ${withheld})`);
       }
       const assistant: TranscriptMessage = {
         role: "assistant",
@@ -285,7 +308,7 @@ export class AgentRuntime {
       };
       await transcripts.appendMessage(ref, assistant);
       if (!res.toolCalls.length) return { reply: res.content.trim(), model: resolved.ref };
-      messages.push({ role: "assistant", content: res.content || null, tool_calls: res.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) });
+      messages.push({ role: "assistant", content: res.content || null, tool_calls: res.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: wireArgs(c.arguments) } })) });
       for (const call of res.toolCalls) {
         if (signal.aborted) throw signal.reason;
         const result = await runTool(tools, call, { sessionKey: req.sessionKey, agentId: req.agentId, runId: info.runId, origin: req.origin, signal }, log);
@@ -330,6 +353,11 @@ export class AgentRuntime {
 }
 
 const HISTORY_LIMIT = 60;
+/** finish_reason values under which an empty answer was not the model's choice. */
+const WITHHELD = new Map([
+  ["content_filter", "the provider's content filter withheld the answer"],
+  ["length", "the model reached its output limit before answering"],
+]);
 /**
  * Finished runs remembered for agent.wait (within completionTtlMs): hours of a normal chat load.
  * At 50,000 they were 15 MB of a busy daemon's heap, all of it walked by every full collection.
@@ -357,6 +385,20 @@ function toWait(info: RunInfo): WaitResult {
     ...(info.endedAt ? { endedAt: info.endedAt } : {}),
     ...(info.error ? { error: info.error } : {}),
   };
+}
+
+/**
+ * A call's arguments as sent back to the model: an object's JSON, else "{}". Servers that parse
+ * the history's arguments (llama.cpp) answer 500 to the model's own bad JSON or "" on every later
+ * call; the call's error result already tells the model what was wrong.
+ */
+function wireArgs(raw: string): string {
+  try {
+    const v: unknown = JSON.parse(raw);
+    return typeof v === "object" && v !== null && !Array.isArray(v) ? raw : "{}";
+  } catch {
+    return "{}";
+  }
 }
 
 function parseArgs(raw: string): unknown {

@@ -49,3 +49,22 @@ describe("model registry", () => {
     expect(models.resolve("big")).toMatchObject({ ref: "fake/big" });
   });
 });
+
+describe("model registry from the environment", () => {
+  const fromEnv = (env: NodeJS.ProcessEnv) => new ModelRegistry(parseConfig({}, "<test>", {}), env);
+
+  it("SWITCHBOARD_MODEL names a model of the OPENAI_BASE_URL server, also when the model id holds a slash (vLLM's Qwen/Qwen2.5-7B-Instruct, OpenRouter's openai/gpt-4o-mini)", () => {
+    for (const id of ["Qwen/Qwen2.5-7B-Instruct", "openai/gpt-4o-mini", "hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF"]) {
+      const models = fromEnv({ OPENAI_BASE_URL: "http://127.0.0.1:9/v1", SWITCHBOARD_MODEL: id });
+      const ref = models.defaultRef("main")!;
+      expect(models.resolve(ref)).toMatchObject({ ref: `env/${id}`, model: id });
+    }
+  });
+
+  it("SWITCHBOARD_MODEL may name the env provider itself (env/llama3.1) or not (llama3.1)", () => {
+    for (const id of ["llama3.1", "env/llama3.1"]) {
+      const models = fromEnv({ OPENAI_BASE_URL: "http://127.0.0.1:9/v1", SWITCHBOARD_MODEL: id });
+      expect(models.resolve(models.defaultRef("main")!)).toMatchObject({ ref: "env/llama3.1", model: "llama3.1" });
+    }
+  });
+});

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { AgentTool } from "../../src/tools/types.js";
-import { echoLastUser, FakeModelServer, type ModelRequest } from "../fakes/model-server.js";
+import { echoLastUser, FakeModelServer, withContextWindow, type ModelRequest } from "../fakes/model-server.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
 import { messagesOf } from "../helpers/tool-driver.js";
 
@@ -150,6 +150,126 @@ describe("agent runtime context", () => {
 
 /** A test tool the model can call; `run` decides what it returns (and when). */
 const tool = (name: string, run: () => Promise<unknown>): AgentTool => ({ name, description: `test tool ${name}`, parameters: { type: "object", properties: {} }, execute: run });
+
+describe("agent runtime and real servers' answers", () => {
+  it("an empty answer from the model does not break the session: later model calls carry it as an empty string, not content null (which OpenAI refuses with a 400)", async () => {
+    h = await startHarness({ responder: (req, i) => (lastUserText(req) === "say nothing" ? { content: "" } : echoLastUser(req, i)) });
+    expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "say nothing" }).done).toMatchObject({ status: "ok", reply: "" });
+    expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "still there?" }).done).toMatchObject({ status: "ok", reply: "echo: still there?" });
+    expect(h.model.requests[1].messages.slice(-2)).toEqual([
+      { role: "assistant", content: "" },
+      { role: "user", content: "still there?" },
+    ]);
+  });
+
+  it.each([
+    { finishReason: "content_filter", says: "the provider's content filter withheld the answer" },
+    { finishReason: "length", says: "the model reached its output limit before answering" },
+  ])("an answer withheld by the server (no content, finish_reason $finishReason) ends the run as an error saying so, not as a silent empty reply", async ({ finishReason, says }) => {
+    h = await startHarness({ responder: () => ({ content: null, finishReason }) });
+    const outcome = await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "hi" }).done;
+    expect(outcome).toMatchObject({ status: "error" });
+    expect(outcome.status === "error" && outcome.error).toBe(`model fake/m returned no answer (finish_reason "${finishReason}": ${says})`);
+  });
+});
+
+describe("agent runtime and the model's context window", () => {
+  const textSize = (req: ModelRequest) => req.messages.reduce((n: number, m) => n + (typeof m.content === "string" ? m.content.length : 0), 0);
+
+  it("a chat whose history outgrew the model's context window (400 context_length_exceeded) is answered from its most recent messages, not failed for good", async () => {
+    h = await startHarness({ responder: withContextWindow(8_000) });
+    const entry = await h.app.sessions.upsert(MAIN, "main");
+    const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+    for (let i = 0; i < 20; i++) await h.app.transcripts.appendMessage(ref, { role: "user", content: `old ${i} ${"x".repeat(1_000)}`, timestamp: i });
+    expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "new question" }).done).toMatchObject({ status: "ok", reply: "echo: new question" });
+    const answered = h.model.requests.at(-1)!;
+    expect(textSize(answered)).toBeLessThanOrEqual(8_000);
+    expect(answered.messages.at(-1)).toEqual({ role: "user", content: "new question" });
+    // What is dropped is the oldest: the conversation just before the new message is still there.
+    expect(JSON.stringify(answered.messages)).toContain("old 19 ");
+    expect(JSON.stringify(answered.messages)).not.toContain("old 0 ");
+  });
+
+  it("a tool result that overflows the context window mid-run: the model is asked again with less earlier conversation, this run's tool call and result kept", async () => {
+    h = await startHarness({
+      responder: withContextWindow(8_000, (req) => (req.messages.at(-1)?.role === "user" ? { toolCalls: [{ name: "big", arguments: {} }] } : { content: "summarised" })),
+      plugins: [(d) => d.app.addTools([tool("big", async () => ({ status: "ok", text: "z".repeat(4_000) }))])],
+    });
+    const entry = await h.app.sessions.upsert(MAIN, "main");
+    const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+    for (let i = 0; i < 5; i++) await h.app.transcripts.appendMessage(ref, { role: "user", content: `old ${i} ${"x".repeat(1_000)}`, timestamp: i });
+    expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "fetch it" }).done).toMatchObject({ status: "ok", reply: "summarised" });
+    const last = h.model.requests.at(-1)!;
+    expect(last.messages.slice(-3).map((m) => m.role)).toEqual(["user", "assistant", "tool"]);
+    expect(last.messages.at(-3)).toEqual({ role: "user", content: "fetch it" });
+    expect(last.messages.at(-2).tool_calls[0].id).toBe(last.messages.at(-1).tool_call_id);
+    expect(last.messages.filter((m) => m.role === "system")).toHaveLength(1);
+  });
+
+  it("a single message too long for the context window fails with a reply saying so, and the chat's next message is answered", async () => {
+    h = await startHarness({ responder: withContextWindow(8_000) });
+    await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "hello" }).done;
+    const huge = await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "y".repeat(20_000) }).done;
+    expect(huge).toMatchObject({ status: "error", error: expect.stringMatching(/^the message does not fit the model's context window, even without the earlier conversation — model call failed \(fake\/m, HTTP 400\): 400 This model's maximum context length is 2000 tokens/) });
+    expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "short one" }).done).toMatchObject({ status: "ok", reply: "echo: short one" });
+    // The conversation since the long message still reaches the model.
+    expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "and now?" }).done).toMatchObject({ status: "ok", reply: "echo: and now?" });
+    expect(JSON.stringify(h.model.requests.at(-1)!.messages)).toContain("echo: short one");
+  });
+});
+
+describe("agent runtime and malformed tool calls", () => {
+  it.each([
+    { what: "arguments that are not JSON", args: '{"limit": 2' },
+    { what: "empty arguments", args: "" },
+  ])("a tool call with $what does not break the run or the session on a server that parses the history's arguments (llama.cpp)", async ({ args }) => {
+    const model = new FakeModelServer(
+      (req, i) => (lastUserText(req) === "call it" && req.messages.at(-1)?.role === "user" ? { toolCalls: [{ name: "count", arguments: args }] } : req.messages.at(-1)?.role === "tool" ? { content: "tried" } : echoLastUser(req, i)),
+      { parsesToolArguments: true },
+    );
+    try {
+      h = await startHarness({ model, plugins: [(d) => d.app.addTools([tool("count", async () => ({ status: "ok" }))])] });
+      expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "call it" }).done).toMatchObject({ status: "ok", reply: "tried" });
+      expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "next" }).done).toMatchObject({ status: "ok", reply: "echo: next" });
+      // The call is still recorded as made, with its error result.
+      const results = (await messagesOf(h.app, MAIN)).flatMap((m) => (m.role === "toolResult" ? [m.isError] : []));
+      expect(results).toEqual([args === "" ? false : true]);
+    } finally {
+      await h?.stop();
+      h = undefined;
+      await model.stop();
+    }
+  });
+});
+
+describe("agent runtime and reasoning models", () => {
+  it.each([
+    { server: "Ollama / LM Studio (DeepSeek-R1, Qwen3): a <think> block in content", content: "<think>\nThe user greets me. secret plan\n</think>\n\nHello there!" },
+    { server: "vLLM without a reasoning parser (the template opened <think>): only </think> in content", content: "The user greets me. secret plan\n</think>\n\nHello there!" },
+    { server: "DeepSeek / llama.cpp: reasoning_content beside content", content: "Hello there!", messageExtra: { reasoning_content: "The user greets me. secret plan" } },
+  ])("the model's reasoning never reaches the chat or the next call's history — $server", async ({ content, messageExtra }) => {
+    h = await startHarness({ responder: (req, i) => (lastUserText(req) === "hi" ? { content, messageExtra } : echoLastUser(req, i)) });
+    expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "hi" }).done).toMatchObject({ status: "ok", reply: "Hello there!" });
+    await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "again" }).done;
+    expect(JSON.stringify(h.model.requests[1].messages)).not.toContain("secret plan");
+    expect(JSON.stringify(await messagesOf(h.app, MAIN))).not.toContain("secret plan");
+  });
+
+  it("content as an array of parts (Mistral's Magistral: a thinking part, then text parts) is answered with its text parts", async () => {
+    const content = [{ type: "thinking", thinking: [{ type: "text", text: "secret plan" }] }, { type: "text", text: "Hello " }, { type: "text", text: "there!" }];
+    h = await startHarness({ responder: (req, i) => (lastUserText(req) === "hi" ? { content: "", messageExtra: { content } } : echoLastUser(req, i)) });
+    expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "hi" }).done).toMatchObject({ status: "ok", reply: "Hello there!" });
+    await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "again" }).done;
+    expect(h.model.requests[1].messages.slice(-2)).toEqual([{ role: "assistant", content: "Hello there!" }, { role: "user", content: "again" }]);
+  });
+
+  it("a reply cut off while the model was still thinking (an unclosed <think>, finish_reason length) is an error saying so, not its thoughts", async () => {
+    h = await startHarness({ responder: () => ({ content: "<think>\nLet me weigh secret plan", finishReason: "length" }) });
+    const outcome = await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "hi" }).done;
+    expect(outcome).toMatchObject({ status: "error", error: expect.stringContaining('finish_reason "length"') });
+    expect(JSON.stringify(outcome)).not.toContain("secret plan");
+  });
+});
 
 describe("agent runtime limits", () => {
   it("agents.defaults.runTimeoutSeconds ends a run whose model never answers, and the session remembers the aborted run", async () => {

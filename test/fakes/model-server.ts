@@ -20,14 +20,18 @@ export type ModelReply = {
   /** `arguments` is JSON-encoded unless it is already a string (which lets tests send bad JSON). */
   toolCalls?: { name: string; arguments: unknown; id?: string }[];
   usage?: { prompt_tokens: number; completion_tokens: number };
-  /** The choice's finish_reason (default "tool_calls" with tool calls, else "stop"). */
-  finishReason?: "stop" | "length" | "content_filter" | "tool_calls";
+  /** `finish_reason` (default "tool_calls" with tool calls, else "stop"): "length", "content_filter"… */
+  finishReason?: string;
+  /** Extra fields of the message, as servers add them (`reasoning_content`, `refusal`…). */
+  messageExtra?: Record<string, unknown>;
   /** Wait this long before answering; a client that disconnects meanwhile gets nothing. */
   delayMs?: number;
   /** An HTTP error status (default 500 when only `error` is given). */
   status?: number;
   /** Error message for the OpenAI-shaped error body. */
   error?: string;
+  /** The error body's `code` (default by status: invalid_api_key, rate_limit_exceeded, else null). */
+  errorCode?: string;
   /** Extra headers on an error answer (`retry-after`, `x-should-retry`…). */
   headers?: Record<string, string>;
 };
@@ -43,6 +47,23 @@ export const echoLastUser: Responder = (req) => {
   return { content: `echo: ${textOf(lastUser?.content)}` };
 };
 
+/**
+ * A model with a context window of `chars` characters of message text (about chars/4 tokens):
+ * a longer request is refused as OpenAI refuses it (400, code context_length_exceeded); others
+ * go to `inner`.
+ */
+export function withContextWindow(chars: number, inner: Responder = echoLastUser): Responder {
+  return (req, index) => {
+    const used = req.messages.reduce((n: number, m) => n + textOf(m?.content).length, 0);
+    if (used <= chars) return inner(req, index);
+    return {
+      status: 400,
+      errorCode: "context_length_exceeded",
+      error: `This model's maximum context length is ${roughTokens(chars)} tokens. However, your messages resulted in ${roughTokens(used)} tokens. Please reduce the length of the messages.`,
+    };
+  };
+}
+
 export class FakeModelServer {
   /** Every request body received, in order. */
   requests: ModelRequest[] = [];
@@ -51,14 +72,20 @@ export class FakeModelServer {
   private readonly waiters = new Set<() => void>();
   private received = 0;
   private readonly history: boolean;
+  private readonly parsesToolArguments: boolean;
 
   /**
    * `history: false` (benchmarks) keeps no `requests`: a fake that remembers every body grows its
    * heap, and its collection pauses would be measured as the daemon's latency.
    */
-  constructor(responder: Responder = echoLastUser, opts: { history?: boolean } = {}) {
+  /**
+   * `parsesToolArguments`: like llama.cpp's server (--jinja), which parses every tool call's
+   * `arguments` in the history and answers 500 "Failed to parse tool call arguments as JSON".
+   */
+  constructor(responder: Responder = echoLastUser, opts: { history?: boolean; parsesToolArguments?: boolean } = {}) {
     this.responder = responder;
     this.history = opts.history ?? true;
+    this.parsesToolArguments = opts.parsesToolArguments ?? false;
   }
 
   setResponder(r: Responder): void {
@@ -137,12 +164,30 @@ export class FakeModelServer {
     const index = this.received++;
     if (this.history) this.requests.push(body);
     for (const waiter of [...this.waiters]) waiter();
+    // OpenAI refuses an assistant turn that has neither content nor tool calls.
+    const at = (body.messages ?? []).findIndex((m) => m?.role === "assistant" && (m.content === null || m.content === undefined) && !m.tool_calls?.length);
+    if (at >= 0) {
+      sendError(res, 400, "Invalid value for 'content': expected a string, got null.", undefined, `messages.[${at}].content`);
+      return;
+    }
+    if (this.parsesToolArguments) {
+      for (const m of body.messages ?? []) {
+        for (const call of m?.tool_calls ?? []) {
+          try {
+            JSON.parse(call?.function?.arguments);
+          } catch (err) {
+            sendError(res, 500, `Failed to parse tool call arguments as JSON: ${err instanceof Error ? err.message : String(err)}`);
+            return;
+          }
+        }
+      }
+    }
 
     const reply = await this.responder(body, index);
     if (reply.delayMs && !(await waitWhileConnected(res, reply.delayMs))) return;
     if (reply.error !== undefined || (reply.status !== undefined && reply.status >= 400)) {
       const status = reply.status ?? 500;
-      sendError(res, status, reply.error ?? `HTTP ${status}`, reply.headers);
+      sendError(res, status, reply.error ?? `HTTP ${status}`, reply.headers, null, reply.errorCode);
       return;
     }
     const completion = buildCompletion(body, reply, index);
@@ -160,7 +205,7 @@ interface Completion {
     {
       index: 0;
       message: { role: "assistant"; content: string | null; tool_calls?: ToolCall[] };
-      finish_reason: NonNullable<ModelReply["finishReason"]>;
+      finish_reason: string;
     },
   ];
   usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
@@ -195,7 +240,7 @@ function buildCompletion(body: ModelRequest, reply: ModelReply, index: number): 
     choices: [
       {
         index: 0,
-        message: { role: "assistant", content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) },
+        message: { role: "assistant", content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}), ...reply.messageExtra },
         finish_reason: reply.finishReason ?? (toolCalls.length ? "tool_calls" : "stop"),
       },
     ],
@@ -259,10 +304,10 @@ function sendJson(res: ServerResponse, status: number, body: unknown, headers: R
   res.end(text);
 }
 
-function sendError(res: ServerResponse, status: number, message: string, headers?: Record<string, string>): void {
-  const code = status === 401 ? "invalid_api_key" : status === 429 ? "rate_limit_exceeded" : null;
+function sendError(res: ServerResponse, status: number, message: string, headers?: Record<string, string>, param: string | null = null, errorCode?: string): void {
+  const code = errorCode ?? (status === 401 ? "invalid_api_key" : status === 429 ? "rate_limit_exceeded" : null);
   const type = status >= 500 ? "server_error" : status === 429 ? "rate_limit_error" : "invalid_request_error";
-  sendJson(res, status, { error: { message, type, code, param: null } }, headers);
+  sendJson(res, status, { error: { message, type, code, param } }, headers);
 }
 
 async function readBody(req: IncomingMessage): Promise<string> {

@@ -332,11 +332,11 @@ describe("inbound router", () => {
     const { h, telegram } = await boot();
     h.model.setResponder(() => ({ content: "", finishReason: "length" }));
     await h.app.router.accept(inbound({ text: "think hard" }));
-    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["⚠️ the model returned no text (finish_reason: length)"]));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(['⚠️ model fake/m returned no answer (finish_reason "length": the model reached its output limit before answering)']));
     h.model.setResponder(() => ({ content: null, finishReason: "content_filter" }));
     await h.app.router.accept(inbound({ text: "again" }));
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toHaveLength(2));
-    expect(telegram.textsTo("1001")[1]).toBe("⚠️ the model returned no text (finish_reason: content_filter)");
+    expect(telegram.textsTo("1001")[1]).toBe('⚠️ model fake/m returned no answer (finish_reason "content_filter": the provider\'s content filter withheld the answer)');
     h.model.setResponder(echoLastUser);
     await h.app.router.accept(inbound({ text: "hello" }));
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toHaveLength(3));

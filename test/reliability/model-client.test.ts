@@ -250,4 +250,40 @@ describe("model client robustness", () => {
     // A request that reached the server would cost tokens for a run the user already stopped.
     expect(model.requests).toHaveLength(0);
   });
+
+  it.each([
+    { server: "Ollama, a model without tool support", status: 400, error: "registry.ollama.ai/library/deepseek-r1:8b does not support tools" },
+    { server: "vLLM started without --enable-auto-tool-choice", status: 400, error: '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set' },
+  ])("model-client: a server that refuses the tools ($server) is asked again without them, and later calls of that model skip them", async ({ status, error }) => {
+    const { model, baseUrl } = await fake((req) => (req.tools?.length ? { status, error } : { content: "plain answer" }));
+    const provider = createOpenAiChatProvider({ id: "p", baseUrl, timeoutMs: 5000 });
+    const tools = [{ type: "function" as const, function: { name: "sessions_list", description: "list", parameters: { type: "object", properties: {} } } }];
+    const call = () => provider.complete({ model: "m", messages: [{ role: "user", content: "hi" }], tools });
+    expect(await call()).toMatchObject({ content: "plain answer", toolCalls: [] });
+    expect(await call()).toMatchObject({ content: "plain answer" });
+    expect(model.requests.map((r) => r.tools?.length ?? 0)).toEqual([1, 0, 0]);
+    expect(model.requests[1].tool_choice).toBeUndefined();
+  });
+
+  it("model-client: another 400 with tools is not mistaken for a tool refusal", async () => {
+    const { model, baseUrl } = await fake(() => ({ status: 400, error: "Invalid schema for function 'sessions_list'" }));
+    const provider = createOpenAiChatProvider({ id: "p", baseUrl, timeoutMs: 5000 });
+    const tools = [{ type: "function" as const, function: { name: "sessions_list", description: "list", parameters: { type: "object", properties: {} } } }];
+    await expect(provider.complete({ model: "m", messages: [{ role: "user", content: "hi" }], tools })).rejects.toThrow("HTTP 400): 400 Invalid schema for function 'sessions_list'");
+    expect(model.requests).toHaveLength(1);
+  });
+
+  it("model-client: LM Studio's 200 with an error body (baseUrl without /v1) reads as the server's error with a baseUrl hint, not 'no choices'", async () => {
+    const { baseUrl, hits } = await raw(200, JSON.stringify({ error: "Unexpected endpoint or method. (POST /chat/completions)" }));
+    await expect(ask(baseUrl.replace(/\/v1$/, ""))).rejects.toThrow(
+      "model call failed (p/m): Unexpected endpoint or method. (POST /chat/completions) (POST /chat/completions: baseUrl has no /v1, under which OpenAI-compatible servers answer)",
+    );
+    expect(hits()).toBe(1);
+  });
+
+  it("model-client: a 404 from a baseUrl without /v1 (Ollama's '404 page not found') says to check baseUrl; with /v1 a 404 (unknown model) says only what the server said", async () => {
+    const { baseUrl } = await raw(404, "404 page not found");
+    await expect(ask(baseUrl.replace(/\/v1$/, ""))).rejects.toThrow(/^model call failed \(p\/m, HTTP 404\): 404 404 page not found \(POST \/chat\/completions: baseUrl has no \/v1, under which OpenAI-compatible servers answer\)$/);
+    await expect(ask(baseUrl)).rejects.toThrow(/^model call failed \(p\/m, HTTP 404\): 404 404 page not found$/);
+  });
 });

@@ -34,17 +34,30 @@ class StatusError extends Error {
     readonly status: number,
     message: string,
     readonly headers: http.IncomingHttpHeaders,
+    /** The refusal is of a request longer than the model's context window. */
+    readonly contextOverflow = false,
   ) {
     super(message);
   }
 }
 
+/**
+ * How servers refuse a request longer than the context window: OpenAI, Groq, OpenRouter and vLLM
+ * ("maximum context length is N tokens", code context_length_exceeded), llama.cpp ("exceeds the
+ * available context size", exceed_context_size_error), LM Studio ("context length of only N
+ * tokens"), Mistral ("too large for model with N maximum context length"), Anthropic through a
+ * proxy ("prompt is too long"), newer vLLM ("longer than the maximum model length").
+ */
+const CONTEXT_OVERFLOW = /context_length_exceeded|exceed_context_size|context (?:length|size|window)|prompt is too long|maximum model length|reduce the length of the (?:messages|prompt|input)/i;
+
 interface ChatCompletion {
   choices?: Array<{
-    message?: { content?: string | null; tool_calls?: Array<{ id: string; type?: string; function?: { name: string; arguments?: string } }> };
+    message?: { content?: string | null | unknown[]; tool_calls?: Array<{ id: string; type?: string; function?: { name: string; arguments?: string } }> };
     finish_reason?: string | null;
   }>;
   usage?: { prompt_tokens?: number; completion_tokens?: number };
+  /** Some servers answer 200 with an error instead of choices (LM Studio on an unknown path). */
+  error?: unknown;
 }
 
 export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider {
@@ -52,13 +65,19 @@ export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider
   const agent = new (endpoint.protocol === "https:" ? https.Agent : http.Agent)({ keepAlive: true, maxSockets: 64 });
   const headers: http.OutgoingHttpHeaders = { "content-type": "application/json", accept: "application/json", ...(opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {}) };
   const maxRetries = opts.maxRetries ?? 2;
+  // Ollama's and LM Studio's OpenAI endpoints are under /v1: a baseUrl without it gets a 404, or
+  // from LM Studio a 200 with an error. Said beside such an error (path only: no credentials).
+  const baseUrlHint = /\/v\d/.test(endpoint.pathname) ? "" : ` (POST ${endpoint.pathname}: baseUrl has no /v1, under which OpenAI-compatible servers answer)`;
   // Servers and proxies echo a rejected key in their error ("Incorrect API key provided: sk-…");
   // the message ends up in logs and, as the run's error notice, in the chat.
   const scrub = (text: string) => (opts.apiKey && opts.apiKey.length >= 6 ? text.split(opts.apiKey).join("[redacted]") : text);
 
   async function attempt(body: Buffer, signal: AbortSignal | undefined): Promise<ChatCompletion> {
     const res = await postBody(endpoint, body, { agent, headers, signal, timeoutMs: opts.timeoutMs, maxResponseBytes: MAX_RESPONSE_BYTES });
-    if (res.status < 200 || res.status > 299) throw new StatusError(res.status, `${res.status} ${scrub(errorMessageOf(res.text) ?? "status code (no body)")}`, res.headers);
+    if (res.status < 200 || res.status > 299) {
+      const overflow = (res.status === 400 || res.status === 413) && CONTEXT_OVERFLOW.test(res.text.slice(0, 2000));
+      throw new StatusError(res.status, `${res.status} ${scrub(errorMessageOf(res.text) ?? "status code (no body)")}`, res.headers, overflow);
+    }
     try {
       return JSON.parse(res.text) as ChatCompletion;
     } catch {
@@ -66,20 +85,29 @@ export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider
     }
   }
 
+  // Models whose server refused the tools: later calls ask them without (see refusesTools).
+  const toolless = new Set<string>();
+
   return {
     id: opts.id,
     async complete(req: CompletionRequest): Promise<CompletionResult> {
-      const body = Buffer.from(chatRequestBody(req), "utf8");
+      const withTools = req.tools.length > 0 && !toolless.has(req.model);
+      let body = Buffer.from(chatRequestBody(withTools ? req : { ...req, tools: [] }), "utf8");
+      let toolsDropped = !withTools;
       for (let retry = 0; ; retry++) {
         try {
           const res = await attempt(body, req.signal);
           const choice = res.choices?.[0];
-          if (!choice) throw new ModelError(`model ${req.model} returned no choices`);
+          if (!choice) {
+            const serverError = res.error === undefined ? undefined : errorMessageOf(JSON.stringify({ error: res.error }));
+            if (serverError) throw new ModelError(`model call failed (${opts.id}/${req.model}): ${scrub(serverError)}${baseUrlHint}`);
+            throw new ModelError(`model ${req.model} returned no choices`);
+          }
           const toolCalls = (choice.message?.tool_calls ?? []).flatMap((c) =>
             (c.type ?? "function") === "function" && c.function ? [{ id: c.id, name: c.function.name, arguments: c.function.arguments ?? "{}" }] : [],
           );
           return {
-            content: choice.message?.content ?? "",
+            content: withoutThinking(textOf(choice.message?.content)),
             toolCalls,
             usage: { input: res.usage?.prompt_tokens ?? 0, output: res.usage?.completion_tokens ?? 0 },
             finishReason: choice.finish_reason ?? "stop",
@@ -87,6 +115,15 @@ export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider
         } catch (err) {
           if (req.signal?.aborted) throw req.signal.reason ?? err;
           if (err instanceof ModelError) throw err;
+          // A model or server without tool calling refuses every request that offers tools: the
+          // chat still works without them (sessions_* tools unavailable to that model).
+          if (!toolsDropped && refusesTools(err)) {
+            toolsDropped = true;
+            toolless.add(req.model);
+            body = Buffer.from(chatRequestBody({ ...req, tools: [] }), "utf8");
+            retry--;
+            continue;
+          }
           const delay = retry < maxRetries ? retryDelay(err, retry) : undefined;
           if (delay !== undefined) {
             await sleep(delay, req.signal);
@@ -94,12 +131,50 @@ export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider
             continue;
           }
           const status = err instanceof StatusError ? err.status : undefined;
-          const detail = err instanceof StatusError ? err.message : `Connection error: ${err instanceof Error ? err.message : String(err)}`;
-          throw new ModelError(`model call failed (${opts.id}/${req.model}${status ? `, HTTP ${status}` : ""}): ${detail}`, { cause: err });
+          const detail = err instanceof StatusError ? `${err.message}${status === 404 ? baseUrlHint : ""}` : `Connection error: ${err instanceof Error ? err.message : String(err)}`;
+          const contextOverflow = err instanceof StatusError && err.contextOverflow;
+          throw new ModelError(`model call failed (${opts.id}/${req.model}${status ? `, HTTP ${status}` : ""}): ${detail}`, { cause: err, contextOverflow });
         }
       }
     },
   };
+}
+
+/**
+ * The answer's text. Most servers send a string (null beside tool calls); some send an array of
+ * parts (Mistral's reasoning models: a `thinking` part, then `text` parts), of which the text
+ * parts are the answer.
+ */
+function textOf(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return content.map((p) => (p && typeof p === "object" && (p as { type?: unknown }).type === "text" && typeof (p as { text?: unknown }).text === "string" ? (p as { text: string }).text : "")).join("");
+}
+
+/**
+ * The answer without a reasoning model's thoughts. Servers without a reasoning parser (Ollama's
+ * and LM Studio's OpenAI endpoints, vLLM without `--reasoning-parser`…) put DeepSeek-R1's or
+ * Qwen3's `<think>…</think>` in `content`, or only its `</think>` when the chat template opened
+ * the block; the thoughts would be sent to the chat and fed back as history. A `<think>` never
+ * closed (the answer cut off while thinking) leaves no answer.
+ */
+function withoutThinking(content: string): string {
+  const open = /^\s*<(think|thinking)>/i.exec(content);
+  if (open) {
+    const rest = content.slice(open[0].length);
+    const close = new RegExp(`</${open[1]}>`, "i").exec(rest);
+    return close ? rest.slice(close.index + close[0].length).trimStart() : "";
+  }
+  const close = content.indexOf("</think>");
+  return close < 0 ? content : content.slice(close + "</think>".length).trimStart();
+}
+
+/**
+ * A 400 that refuses tool calling itself, not one call's tools: Ollama's "<model> does not
+ * support tools", vLLM's '"auto" tool choice requires --enable-auto-tool-choice…'.
+ */
+function refusesTools(err: unknown): boolean {
+  return err instanceof StatusError && err.status === 400 && /does not support tools|tool choice requires|tools? (?:is|are) not supported/i.test(err.message);
 }
 
 /** The SDK's retry rule: connection errors and 408/409/429/5xx, unless the server says otherwise. */

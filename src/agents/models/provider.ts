@@ -34,8 +34,12 @@ export interface ModelProvider {
 }
 
 export class ModelError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
+  /** The server refused the request as longer than the model's context window. */
+  readonly contextOverflow: boolean;
+
+  constructor(message: string, options?: { cause?: unknown; contextOverflow?: boolean }) {
     super(message, options);
     this.name = "ModelError";
+    this.contextOverflow = options?.contextOverflow ?? false;
   }
 }

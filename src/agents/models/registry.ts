@@ -37,7 +37,13 @@ export class ModelRegistry {
     const agent = this.config.agents.list.find((a) => a.id === agentId);
     if (agent?.model) return agent.model;
     if (this.config.agents.defaults.model) return this.config.agents.defaults.model;
-    if (this.env.SWITCHBOARD_MODEL) return this.env.SWITCHBOARD_MODEL.includes("/") || !this.providers.has("env") ? this.env.SWITCHBOARD_MODEL : `env/${this.env.SWITCHBOARD_MODEL}`;
+    if (this.env.SWITCHBOARD_MODEL) {
+      const m = this.env.SWITCHBOARD_MODEL;
+      // With the OPENAI_BASE_URL server it names one of that server's models, and their ids often
+      // hold a slash themselves (vLLM's "Qwen/Qwen2.5-7B-Instruct", OpenRouter's "openai/gpt-4o-mini"):
+      // only an "env/" prefix names the provider.
+      return this.providers.has("env") && !m.startsWith("env/") ? `env/${m}` : m;
+    }
     const [firstId, first] = Object.entries(this.config.models.providers)[0] ?? [];
     if (firstId && first?.models[0]) return `${firstId}/${first.models[0].id}`;
     return undefined;
