@@ -9,7 +9,8 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { createOpenAiChatProvider } from "../../src/agents/models/openai-chat.js";
-import { FakeModelServer, type ModelReply } from "../fakes/model-server.js";
+import type { ChatMessage } from "../../src/agents/models/provider.js";
+import { FakeModelServer, type ModelReply, type ModelRequest } from "../fakes/model-server.js";
 
 const servers: Array<{ stop(): Promise<void> }> = [];
 afterEach(async () => {
@@ -263,6 +264,34 @@ describe("model client robustness", () => {
     expect(await call()).toMatchObject({ content: "plain answer" });
     expect(model.requests.map((r) => r.tools?.length ?? 0)).toEqual([1, 0, 0]);
     expect(model.requests[1].tool_choice).toBeUndefined();
+  });
+
+  it("model-client: a strict chat template's 400 (roles must alternate: Mistral, Gemma on vLLM or llama.cpp) is answered by joining consecutive user turns; later calls of that model join them at once", async () => {
+    const strictTemplate = (req: ModelRequest) => {
+      const roles = req.messages.filter((m) => m.role !== "system").map((m) => m.role);
+      const alternates = roles.every((role, i) => role === (i % 2 === 0 ? "user" : "assistant"));
+      return alternates ? { content: `answered ${roles.length} turns` } : { status: 400, error: "After the optional system message, conversation roles must alternate user/assistant/user/assistant/..." };
+    };
+    const { model, baseUrl } = await fake(strictTemplate);
+    const provider = createOpenAiChatProvider({ id: "p", baseUrl, timeoutMs: 5000 });
+    // A group's transcript: an answer at the window's start, two unmentioned messages, then a mention.
+    const messages: ChatMessage[] = [
+      { role: "system", content: "be brief" },
+      { role: "assistant", content: "an older answer" },
+      { role: "user", content: "[Alice] lunch?" },
+      { role: "user", content: "[Bob] sure" },
+      { role: "user", content: "[Alice] @bot where?" },
+    ];
+    expect(await provider.complete({ model: "m", messages, tools: [] })).toMatchObject({ content: "answered 1 turns" });
+    expect(model.requests[1].messages).toEqual([
+      { role: "system", content: "be brief" },
+      { role: "user", content: "[Alice] lunch?\n\n[Bob] sure\n\n[Alice] @bot where?" },
+    ]);
+    expect(await provider.complete({ model: "m", messages, tools: [] })).toMatchObject({ content: "answered 1 turns" });
+    expect(model.requests).toHaveLength(3);
+    // Another model of the same server is not assumed strict.
+    await expect(provider.complete({ model: "other", messages, tools: [] })).resolves.toMatchObject({ content: "answered 1 turns" });
+    expect(model.requests.map((r) => r.messages.length)).toEqual([5, 2, 2, 5, 2]);
   });
 
   it("model-client: another 400 with tools is not mistaken for a tool refusal", async () => {

@@ -12,6 +12,7 @@
 import http from "node:http";
 import https from "node:https";
 import { postBody } from "../../util/http-post.js";
+import { alternating } from "./alternating.js";
 import { chatRequestBody } from "./request-body.js";
 import { ModelError, type CompletionRequest, type CompletionResult, type ModelProvider } from "./provider.js";
 
@@ -85,15 +86,26 @@ export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider
     }
   }
 
-  // Models whose server refused the tools: later calls ask them without (see refusesTools).
+  // Models whose server refused the tools, or turns that do not alternate: later calls ask them
+  // without tools, or with alternating turns (see refusesTools, refusesRoles).
   const toolless = new Set<string>();
+  const strictRoles = new Set<string>();
 
   return {
     id: opts.id,
     async complete(req: CompletionRequest): Promise<CompletionResult> {
-      const withTools = req.tools.length > 0 && !toolless.has(req.model);
-      let body = Buffer.from(chatRequestBody(withTools ? req : { ...req, tools: [] }), "utf8");
-      let toolsDropped = !withTools;
+      const shaped = (): Buffer => {
+        const tools = toolless.has(req.model) ? [] : req.tools;
+        const strict = strictRoles.has(req.model);
+        return Buffer.from(chatRequestBody(tools === req.tools && !strict ? req : { ...req, tools, messages: strict ? alternating(req.messages) : req.messages }), "utf8");
+      };
+      // What the server refused that the chat can do without: each is learnt once per model.
+      const adapted = (err: unknown): boolean => {
+        const learnt = req.tools.length > 0 && !toolless.has(req.model) && refusesTools(err) ? toolless : !strictRoles.has(req.model) && refusesRoles(err) ? strictRoles : undefined;
+        learnt?.add(req.model);
+        return learnt !== undefined;
+      };
+      let body = shaped();
       for (let retry = 0; ; retry++) {
         try {
           const res = await attempt(body, req.signal);
@@ -115,12 +127,11 @@ export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider
         } catch (err) {
           if (req.signal?.aborted) throw req.signal.reason ?? err;
           if (err instanceof ModelError) throw err;
-          // A model or server without tool calling refuses every request that offers tools: the
-          // chat still works without them (sessions_* tools unavailable to that model).
-          if (!toolsDropped && refusesTools(err)) {
-            toolsDropped = true;
-            toolless.add(req.model);
-            body = Buffer.from(chatRequestBody({ ...req, tools: [] }), "utf8");
+          // A model or server without tool calling refuses every request that offers tools, and a
+          // strict chat template every conversation whose turns do not alternate: the chat still
+          // works without tools (sessions_* unavailable to that model), and with joined turns.
+          if (adapted(err)) {
+            body = shaped();
             retry--;
             continue;
           }
@@ -175,6 +186,14 @@ function withoutThinking(content: string): string {
  */
 function refusesTools(err: unknown): boolean {
   return err instanceof StatusError && err.status === 400 && /does not support tools|tool choice requires|tools? (?:is|are) not supported/i.test(err.message);
+}
+
+/**
+ * A 400 of a strict chat template (Mistral's, Gemma's, served by vLLM or llama.cpp): "After the
+ * optional system message, conversation roles must alternate user/assistant/user/assistant...".
+ */
+function refusesRoles(err: unknown): boolean {
+  return err instanceof StatusError && err.status === 400 && /roles must alternate/i.test(err.message);
 }
 
 /** The SDK's retry rule: connection errors and 408/409/429/5xx, unless the server says otherwise. */
