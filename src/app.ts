@@ -69,7 +69,7 @@ export class App {
 
   async open(): Promise<void> {
     const url = this.config.store.url ?? `sqlite://${path.join(this.stateDir, "switchboard.sqlite")}`;
-    this.kv = await openKvStore(url, this.stateDir);
+    this.kv = await openKvStore(url, this.stateDir, { log: this.log.child({ component: "store" }) });
     this.sessions = new SessionStore(this.kv.space<SessionEntry>("sessions"), this.stateDir);
     await this.sessions.load();
     if (this.kv.durable) this.journal = openSendJournal(path.join(this.stateDir, "outbox-journal.jsonl"));

@@ -3,6 +3,7 @@
  * Every object is strict: an unknown key is an error, never silently ignored.
  */
 import { z } from "zod";
+import { isRedisUrl, maskUrlPassword, parseRedisUrl, REDIS_URL_FORMS } from "../store/redis-url.js";
 
 const ChannelName = z.enum(["webchat", "telegram", "discord", "whatsapp"]);
 const ChatTypeName = z.enum(["direct", "group", "channel"]);
@@ -109,13 +110,22 @@ function uniqueCronIds(jobs: Array<{ id: string }>, ctx: z.RefinementCtx): void 
 
 /**
  * The stores src/store/kv.ts opens. Checked here so that `config check` refuses what `start`
- * would (interfaces §2 names redis://, which this build does not include).
+ * would; messages never show a URL's password.
  */
 const StoreUrl = z
   .string()
   .min(1)
-  .refine((url) => url === "memory://" || url === "memory" || url.startsWith("sqlite://"), {
-    error: (issue) => `unsupported store ${JSON.stringify(issue.input)}: use "sqlite://<file>" or "memory://"`,
+  .superRefine((url, ctx) => {
+    if (url === "memory://" || url === "memory" || url.startsWith("sqlite://")) return;
+    if (!isRedisUrl(url)) {
+      ctx.addIssue({ code: "custom", message: `unsupported store ${JSON.stringify(maskUrlPassword(url))}: use "sqlite://<file>", ${REDIS_URL_FORMS} or "memory://"` });
+      return;
+    }
+    try {
+      parseRedisUrl(url);
+    } catch (err) {
+      ctx.addIssue({ code: "custom", message: (err as Error).message });
+    }
   });
 
 export const ConfigSchema = z.strictObject({

@@ -1,13 +1,17 @@
 /**
- * Durable key/value spaces through keyv (D5): SQLite file by default, `memory://` for tests.
- * Every namespace shares one table; all writes go through one connection (openWriter), so they
- * never contend for the file lock and commit in the order they were issued.
+ * Durable key/value spaces through keyv (D5): SQLite file by default, Redis (redis-store.ts) when
+ * several daemons share state, `memory://` for tests.
+ * In SQLite every namespace shares one table; all writes go through one connection (openWriter),
+ * so they never contend for the file lock and commit in the order they were issued.
  */
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Keyv from "keyv";
 import KeyvSqlite from "@keyv/sqlite";
 import sqlite3 from "sqlite3";
+import type pino from "pino";
+import { assertStorableKey, parseKeyvValue, serializeKeyv } from "./keyv-codec.js";
+import { isRedisUrl, maskUrlPassword, REDIS_URL_FORMS } from "./redis-url.js";
 
 export interface KvSpace<T> {
   get(key: string): Promise<T | undefined>;
@@ -25,7 +29,7 @@ export interface KvSpace<T> {
 export interface KvStore {
   space<T>(namespace: string): KvSpace<T>;
   close(): Promise<void>;
-  /** "sqlite:<file>" or "memory", for logs and `status`. */
+  /** "sqlite:<file>", "redis:<host>:<port>/<db>" or "memory", for logs and `status`. */
   readonly description: string;
   /** Whether what is written survives a restart. */
   readonly durable: boolean;
@@ -33,10 +37,12 @@ export interface KvStore {
 
 type SqliteStore = InstanceType<typeof KeyvSqlite> & { query(sql: string, ...params: unknown[]): Promise<Array<Record<string, unknown>>> };
 
-export async function openKvStore(url: string, stateDir: string): Promise<KvStore> {
+export async function openKvStore(url: string, stateDir: string, opts: { log?: pino.Logger } = {}): Promise<KvStore> {
   if (url === "memory://" || url === "memory") return memoryStore();
   if (url.startsWith("sqlite://")) return sqliteStore(resolveSqlitePath(url, stateDir));
-  throw new Error(`unsupported store.url "${url}": use "sqlite://<file>" or "memory://"`);
+  // Loaded only when asked for: a SQLite daemon does not pay for the Redis client at start-up.
+  if (isRedisUrl(url)) return (await import("./redis-store.js")).openRedisStore(url, opts.log);
+  throw new Error(`unsupported store.url "${maskUrlPassword(url)}": use "sqlite://<file>", ${REDIS_URL_FORMS} or "memory://"`);
 }
 
 function resolveSqlitePath(url: string, stateDir: string): string {
@@ -288,60 +294,5 @@ class BatchWriter {
     const latest = new Map<string, string>();
     for (const op of ops) if (op.kind === "set") latest.set(op.key, op.raw);
     await this.db.upsert([...latest]);
-  }
-}
-
-const SURROGATE = /[\uD800-\uDFFF]/;
-const LONE_SURROGATE = /\p{Cs}/u;
-
-/**
- * SQLite stores text as UTF-8, where an unpaired UTF-16 surrogate becomes U+FFFD: the row would
- * come back under another key (and distinct keys would collide). Values are safe (JSON escapes).
- */
-function assertStorableKey(key: string): void {
-  // Any surrogate code unit at all (a cheap test, rarely true) before the exact one for lone ones.
-  if (SURROGATE.test(key) && LONE_SURROGATE.test(key)) throw new Error(`store write refused: key is not well-formed Unicode (${JSON.stringify(key)})`);
-}
-
-/**
- * Keyv's stored format (`{"value":…}`, strings starting with ":" escaped as "::…", Buffers as
- * ":base64:…"), so `keyv.get` and `entries()` read back exactly what was written. Plain
- * JSON.stringify is several times faster than keyv's own serialiser and gives the same text
- * unless some string starts with ":" or a Buffer is present — a JSON string delimiter followed by
- * ":" shows the first; those records take keyv's serialiser.
- */
-const NEEDS_KEYV_CODEC = /[:,[]":|"type":"Buffer","data":\[/;
-
-export function serializeKeyv(value: unknown): string {
-  const fast = JSON.stringify({ value });
-  if (typeof fast !== "string") throw new Error("store write failed: value cannot be serialised");
-  return NEEDS_KEYV_CODEC.test(fast) ? JSON.stringify({ value }, keyvReplacer) : fast;
-}
-
-/** Inverse of serializeKeyv (and of keyv's serialiser): un-escapes "::…" and revives ":base64:…". */
-export function deserializeKeyv(raw: string): { value?: unknown; expires?: number | null } {
-  return (NEEDS_KEYV_CODEC.test(raw) ? JSON.parse(raw, keyvReviver) : JSON.parse(raw)) as { value?: unknown; expires?: number | null };
-}
-
-/** @keyv/serialize's encoding of string values and Buffers (keys are left as they are). */
-function keyvReplacer(this: Record<string, unknown>, key: string, value: unknown): unknown {
-  const original = this[key];
-  if (Buffer.isBuffer(original)) return `:base64:${original.toString("base64")}`;
-  return typeof value === "string" && value.startsWith(":") ? `:${value}` : value;
-}
-
-function keyvReviver(_key: string, value: unknown): unknown {
-  if (typeof value !== "string") return value;
-  if (value.startsWith(":base64:")) return Buffer.from(value.slice(8), "base64");
-  return value.startsWith(":") ? value.slice(1) : value;
-}
-
-function parseKeyvValue(raw: string): unknown {
-  try {
-    const data = deserializeKeyv(raw);
-    if (data.expires && data.expires < Date.now()) return undefined;
-    return data.value;
-  } catch {
-    return undefined;
   }
 }

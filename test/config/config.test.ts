@@ -121,13 +121,41 @@ describe("CLI", () => {
     expect(stdout).toMatch(/config ok/);
   });
 
-  it("config check refuses a store.url that start could not open (redis://: not in this build), naming the path", async () => {
-    const f = file(`{ store: { url: "redis://127.0.0.1:6379" } }`);
+  it("config check refuses a store.url that start could not open, naming the path, what is accepted, and never the URL's password", async () => {
+    const f = file(`{ store: { url: "postgres://app:hunter2@db:5432/sb" } }`);
     const err = await run("node", [BIN, "config", "check", "--config", f]).catch((e) => e);
     expect(err.code).toBe(2);
-    expect(err.stderr).toContain('store.url: unsupported store "redis://127.0.0.1:6379": use "sqlite://<file>" or "memory://"');
+    expect(err.stderr).toContain('store.url: unsupported store "postgres://app:***@db:5432/sb": use "sqlite://<file>", "redis://[user:password@]host[:port][/db]" (or "rediss://" for TLS) or "memory://"');
+    expect(err.stderr).not.toContain("hunter2");
     expect(problems({ store: { url: "sqlite://./x.sqlite" } })).toEqual([]);
     expect(problems({ store: { url: "memory://" } })).toEqual([]);
+  });
+
+  it.each([
+    "redis://127.0.0.1:6379",
+    "redis://localhost",
+    "redis://:p%40ss@redis.internal:6380/2",
+    "redis://user:pw@[::1]:6379/0",
+    "rediss://cache.example.com:6380/15",
+  ])("config check accepts the redis store URL %s (host present, db a number if given)", async (url) => {
+    expect(problems({ store: { url } })).toEqual([]);
+  });
+
+  it.each([
+    ["redis:///1", 'store.url: invalid store "redis:///1": no host'],
+    ["redis://:pw@:6379", 'store.url: invalid store "redis://:***@:6379": not a URL'],
+    ["redis://:pw@host:6379/zero", 'store.url: invalid store "redis://:***@host:6379/zero": database "zero" is not a number'],
+    ["redis://host/1?tls=true", 'store.url: invalid store "redis://host/1?tls=true": query parameters are not supported'],
+    ["redis://host:99999", 'store.url: invalid store "redis://host:99999": not a URL'],
+  ])("config check refuses the malformed redis store URL %s, password masked", async (url, message) => {
+    expect(problems({ store: { url } })).toEqual([`${message}; use "redis://[user:password@]host[:port][/db]" (or "rediss://" for TLS)`]);
+  });
+
+  it("config check passes a redis store URL that reads its password from the environment, and prints no password", async () => {
+    const f = file(`{ store: { url: "redis://:\${SB_TEST_REDIS_PASSWORD}@127.0.0.1:6379/1" } }`);
+    const { stdout } = await run("node", [BIN, "config", "check", "--config", f], { env: { ...process.env, SB_TEST_REDIS_PASSWORD: "from-env" } });
+    expect(stdout).toMatch(/config ok/);
+    expect(stdout).not.toContain("from-env");
   });
 
   it("config check accepts a good file", async () => {

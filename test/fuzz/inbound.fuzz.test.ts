@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { InboundMessageSchema, type AcceptOutcome } from "../../src/inbound/router.js";
 import { safeParse } from "../../src/util/safe-parse.js";
-import { deserializeKeyv } from "../../src/store/kv.js";
+import { deserializeKeyv } from "../../src/store/keyv-codec.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
 import { FUZZ_SEED, hostileString, hostileValue, mostly } from "../helpers/hostile.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";

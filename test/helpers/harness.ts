@@ -1,6 +1,7 @@
 /**
  * Starts a real daemon in-process for integration tests: temp state dir, real SQLite (or
- * memory://), gateway on an ephemeral port, and a fake OpenAI-compatible model server.
+ * memory://, or a store.url such as a FakeRedisServer's), gateway on an ephemeral port, and a
+ * fake OpenAI-compatible model server.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -30,6 +31,8 @@ export interface HarnessOptions {
   config?: ConfigInput;
   stateDir?: string;
   store?: "sqlite" | "memory";
+  /** A store.url of its own (e.g. a FakeRedisServer's redis://…), instead of `store`. */
+  storeUrl?: string;
   responder?: Responder;
   model?: FakeModelServer;
   noModel?: boolean;
@@ -48,7 +51,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     {
       ...input,
       stateDir,
-      store: { url: opts.store === "memory" ? "memory://" : `sqlite://${path.join(stateDir, "switchboard.sqlite")}` },
+      store: { url: opts.storeUrl ?? (opts.store === "memory" ? "memory://" : `sqlite://${path.join(stateDir, "switchboard.sqlite")}`) },
       log: { level: "silent" },
       gateway: { port: 0, ...(input.gateway ?? {}) },
       ...(baseUrl

@@ -3,24 +3,76 @@ import os from "node:os";
 import path from "node:path";
 import Keyv from "keyv";
 import KeyvSqlite from "@keyv/sqlite";
+import { createKeyv } from "@keyv/redis";
 import { afterEach, describe, expect, it } from "vitest";
 import { openKvStore, type KvStore } from "../../src/store/kv.js";
+import { FakeRedisServer } from "../fakes/redis-server.js";
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function open(): Promise<{ kv: KvStore; file: string; stateDir: string }> {
+interface Opened {
+  kv: KvStore;
+  /** The same store opened again (as by a restarted daemon). */
+  reopen(): Promise<KvStore>;
+  /** A plain keyv client on the same data (what any other keyv user would read). */
+  plainKeyv(namespace: string): Keyv;
+}
+
+async function openSqlite(): Promise<Opened & { file: string; stateDir: string }> {
   const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-kv-"));
   cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
   const file = path.join(stateDir, "s.sqlite");
   const kv = await openKvStore(`sqlite://${file}`, stateDir);
   cleanups.push(() => kv.close());
-  return { kv, file, stateDir };
+  return {
+    kv,
+    file,
+    stateDir,
+    async reopen() {
+      const again = await openKvStore(`sqlite://${file}`, stateDir);
+      cleanups.push(() => again.close());
+      return again;
+    },
+    plainKeyv(namespace) {
+      const keyv = new Keyv({ store: new KeyvSqlite({ uri: `sqlite://${file}`, table: "keyv" }), namespace });
+      cleanups.push(() => keyv.disconnect());
+      return keyv;
+    },
+  };
 }
 
-describe("kv store (keyv + SQLite, group-committed writes)", () => {
+/** A Redis store on a fake of its own (db 3, so SELECT is exercised too). */
+async function openRedis(): Promise<Opened> {
+  const fake = new FakeRedisServer();
+  await fake.start();
+  cleanups.push(() => fake.stop());
+  const url = fake.url({ db: 3 });
+  const kv = await openKvStore(url, os.tmpdir());
+  cleanups.push(() => kv.close());
+  return {
+    kv,
+    async reopen() {
+      const again = await openKvStore(url, os.tmpdir());
+      cleanups.push(() => again.close());
+      return again;
+    },
+    plainKeyv(namespace) {
+      const keyv = createKeyv(url, { namespace });
+      cleanups.push(() => keyv.disconnect());
+      return keyv;
+    },
+  };
+}
+
+const backends = [
+  { name: "SQLite", open: openSqlite },
+  { name: "Redis", open: openRedis },
+];
+
+describe.each(backends)("kv store contract ($name)", ({ open }) => {
   it("sets and deletes issued together land in issue order, per key and across keys", async () => {
     const { kv } = await open();
     const space = kv.space<{ n: number }>("t");
@@ -46,30 +98,26 @@ describe("kv store (keyv + SQLite, group-committed writes)", () => {
   });
 
   it("values read back through plain keyv exactly as written (keyv's format, ':'-strings and Buffers included)", async () => {
-    const { kv, file } = await open();
+    const { kv, plainKeyv } = await open();
     const value = { text: ":starts with a colon", nested: { list: [":x", "y"] }, blob: Buffer.from("hi"), n: 1.5 };
     await kv.space<typeof value>("t").set("v", value);
-    const keyv = new Keyv({ store: new KeyvSqlite({ uri: `sqlite://${file}`, table: "keyv" }), namespace: "t" });
-    cleanups.push(() => keyv.disconnect());
+    const keyv = plainKeyv("t");
     expect(await keyv.get("v")).toEqual(value);
     expect(await kv.space<typeof value>("t").get("v")).toEqual(value);
   });
 
   it("a value whose only keyv-escaped part is a ':'-string (no Buffer) reads back as written, through keyv and through entries() after a reopen", async () => {
-    const { kv, file, stateDir } = await open();
+    const { kv, plainKeyv, reopen } = await open();
     const value = { text: ":)", list: ["::double", "plain"] };
     await kv.space<typeof value>("t").set("smile", value);
-    const keyv = new Keyv({ store: new KeyvSqlite({ uri: `sqlite://${file}`, table: "keyv" }), namespace: "t" });
-    cleanups.push(() => keyv.disconnect());
-    expect(await keyv.get("smile")).toEqual(value);
+    expect(await plainKeyv("t").get("smile")).toEqual(value);
     await kv.close();
-    const again = await openKvStore(`sqlite://${file}`, stateDir);
-    cleanups.push(() => again.close());
+    const again = await reopen();
     expect(await again.space<typeof value>("t").entries()).toEqual([["smile", value]]);
   });
 
   it("any text survives the writer's batches: quotes, backslashes, escapes, emoji, control characters, keys with spaces", async () => {
-    const { kv, file, stateDir } = await open();
+    const { kv, reopen } = await open();
     const space = kv.space<{ text: string }>("t");
     const texts = ['"quoted" \\ back\\slash \\u0041 not an escape', "emoji 🦊 and é, ß, 中文", "tab\tnewline\nnul\u0000end", "\ud800 lone surrogate", "{\"json\":[1,2]}", "x".repeat(100_000)];
     const keys = ["plain", "with space", 'quote"key', "back\\slash", "日本", "k:colon"];
@@ -78,8 +126,7 @@ describe("kv store (keyv + SQLite, group-committed writes)", () => {
     await Promise.all([...keys.map((k, i) => space.set(k, { text: texts[i] })), ...extra]);
     for (const [i, k] of keys.entries()) expect(await space.get(k)).toEqual({ text: texts[i] });
     await kv.close();
-    const again = await openKvStore(`sqlite://${file}`, stateDir);
-    cleanups.push(() => again.close());
+    const again = await reopen();
     const rows = new Map(await again.space<{ text: string }>("t").entries());
     expect(rows.size).toBe(keys.length + 2500);
     for (const [i, k] of keys.entries()) expect(rows.get(k)).toEqual({ text: texts[i] });
@@ -101,7 +148,7 @@ describe("kv store (keyv + SQLite, group-committed writes)", () => {
     ["a well-formed pair (emoji)", "🦊", true],
     ["plain text", "agent:main:telegram:group:42", true],
     ["a NUL inside (kept whole, not cut at the NUL)", "agent:main:x:direct:a\u0000:thread:7", true],
-  ])("keys: %s → stored only if well-formed Unicode (SQLite would turn a lone surrogate into U+FFFD)", async (_label, key, ok) => {
+  ])("keys: %s → stored only if well-formed Unicode (SQLite and Redis would turn a lone surrogate into U+FFFD)", async (_label, key, ok) => {
     const { kv } = await open();
     const write = kv.space<{ n: number }>("t").set(key, { n: 1 });
     if (ok) {
@@ -110,7 +157,7 @@ describe("kv store (keyv + SQLite, group-committed writes)", () => {
     } else await expect(write).rejects.toThrow(/key is not well-formed Unicode/);
   });
 
-  it("a delete by a key with a lone surrogate is refused too: it would delete the row of the U+FFFD key SQLite turns it into", async () => {
+  it("a delete by a key with a lone surrogate is refused too: it would delete the row of the U+FFFD key the store turns it into", async () => {
     const { kv } = await open();
     const space = kv.space<{ n: number }>("t");
     await space.set("k\ufffd", { n: 1 });
@@ -118,21 +165,11 @@ describe("kv store (keyv + SQLite, group-committed writes)", () => {
     expect(await space.get("k\ufffd")).toEqual({ n: 1 });
   });
 
-  it('"sqlite://" without a file keeps the database in the state directory', async () => {
-    const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-kv-"));
-    cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
-    const kv = await openKvStore("sqlite://", stateDir);
-    cleanups.push(() => kv.close());
-    const file = path.join(stateDir, "switchboard.sqlite");
-    expect(kv.description).toBe(`sqlite:${file}`);
-    await kv.space<{ n: number }>("t").set("a", { n: 1 });
-    expect(existsSync(file)).toBe(true);
-  });
-
   it("entries() and scan() over several pages visit every row once, in key order", async () => {
     const { kv } = await open();
     const space = kv.space<{ n: number }>("t");
-    // More than two pages' worth (a page is 2,000 rows), so a page boundary is crossed twice.
+    // More than two pages' worth (a page is 2,000 rows; Redis SCANs 1,000 keys a call), so page
+    // boundaries are crossed.
     const keys = Array.from({ length: 4500 }, (_, i) => `k${String(i).padStart(5, "0")}`);
     await Promise.all(keys.map((k, i) => space.set(k, { n: i })));
     const entries = await space.entries();
@@ -156,20 +193,43 @@ describe("kv store (keyv + SQLite, group-committed writes)", () => {
   });
 
   it("close() commits the writes issued before it, awaited or not, so they survive a reopen", async () => {
-    const { kv, file, stateDir } = await open();
+    const { kv, reopen } = await open();
     const space = kv.space<{ n: number }>("t");
     await space.set("before", { n: 0 });
     // Shutdown does not wait for every write it races with (a late outbox mark, an adapter offset).
     const pending = [space.set("a", { n: 1 }), space.delete("before"), space.set("b", { n: 2 })];
     await kv.close();
     await Promise.all(pending);
-    const again = await openKvStore(`sqlite://${file}`, stateDir);
-    cleanups.push(() => again.close());
+    const again = await reopen();
     expect(new Map(await again.space<{ n: number }>("t").entries())).toEqual(new Map([["a", { n: 1 }], ["b", { n: 2 }]]));
   });
 
+  it("a burst of writes larger than one statement can bind (17,000 sets, then as many deletes) commits whole", async () => {
+    const { kv } = await open();
+    const space = kv.space<{ n: number }>("t");
+    // 17,000 rows are 34,000 bound values: over SQLite's limit (32,766) for one statement.
+    const keys = Array.from({ length: 17_000 }, (_, i) => `k${i}`);
+    await Promise.all(keys.map((k, i) => space.set(k, { n: i })));
+    expect(await space.get("k16999")).toEqual({ n: 16999 });
+    await Promise.all(keys.map((k) => space.delete(k)));
+    expect(await space.entries()).toEqual([]);
+  });
+});
+
+describe("kv store (keyv + SQLite, group-committed writes)", () => {
+  it('"sqlite://" without a file keeps the database in the state directory', async () => {
+    const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-kv-"));
+    cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
+    const kv = await openKvStore("sqlite://", stateDir);
+    cleanups.push(() => kv.close());
+    const file = path.join(stateDir, "switchboard.sqlite");
+    expect(kv.description).toBe(`sqlite:${file}`);
+    await kv.space<{ n: number }>("t").set("a", { n: 1 });
+    expect(existsSync(file)).toBe(true);
+  });
+
   it("a write whose commit fails rejects — with the writes committed alongside it — and later writes still commit", async () => {
-    const { kv, file } = await open();
+    const { kv, file } = await openSqlite();
     const space = kv.space<{ n: number }>("t");
     // Another connection makes SQLite refuse one key, so the commit that carries it fails.
     const other = new KeyvSqlite({ uri: `sqlite://${file}`, table: "keyv" }) as KeyvSqlite & { query(sql: string): Promise<unknown> };
@@ -183,18 +243,9 @@ describe("kv store (keyv + SQLite, group-committed writes)", () => {
     await space.set("after", { n: 3 });
     expect(await space.get("after")).toEqual({ n: 3 });
   });
+});
 
-  it("a burst of writes larger than one statement can bind (17,000 sets, then as many deletes) commits whole", async () => {
-    const { kv } = await open();
-    const space = kv.space<{ n: number }>("t");
-    // 17,000 rows are 34,000 bound values: over SQLite's limit (32,766) for one statement.
-    const keys = Array.from({ length: 17_000 }, (_, i) => `k${i}`);
-    await Promise.all(keys.map((k, i) => space.set(k, { n: i })));
-    expect(await space.get("k16999")).toEqual({ n: 16999 });
-    await Promise.all(keys.map((k) => space.delete(k)));
-    expect(await space.entries()).toEqual([]);
-  });
-
+describe("kv store (memory://)", () => {
   it("memory:// neither keeps nor hands out live objects: changing a value after set, or one got back from get, leaves the stored value alone", async () => {
     const kv = await openKvStore("memory://", os.tmpdir());
     const space = kv.space<{ list: number[] }>("t");
