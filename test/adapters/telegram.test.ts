@@ -727,16 +727,22 @@ describe("telegram adapter: stop", () => {
   });
 });
 
+/** The whole daemon (in process) polling a fresh Bot API fake, stopped after the test. */
+async function daemonOnTelegram(telegram: Record<string, unknown> = {}, config: Record<string, unknown> = {}) {
+  const api = new FakeTelegramBotApi({ maxLongPollMs: 200 });
+  const apiRoot = await api.start();
+  const h = await startHarness({ config: { ...config, channels: { telegram: { enabled: true, botToken: api.token, apiRoot, pollTimeoutSeconds: 1, ...telegram } } } });
+  cleanups.push(async () => {
+    await h.stop();
+    await api.stop();
+  });
+  await api.waitForCall("getUpdates");
+  return { api, h };
+}
+
 describe("telegram end to end: a reply that may have arrived", () => {
   it("a sendMessage whose connection drops after Telegram had the whole request is not sent again (a duplicate is worse); it is recorded unknown_after_send, and the chat's next reply goes", async () => {
-    const api = new FakeTelegramBotApi({ maxLongPollMs: 200 });
-    const apiRoot = await api.start();
-    const h = await startHarness({ config: { channels: { telegram: { enabled: true, botToken: api.token, apiRoot, pollTimeoutSeconds: 1 } } } });
-    cleanups.push(async () => {
-      await h.stop();
-      await api.stop();
-    });
-    await api.waitForCall("getUpdates");
+    const { api, h } = await daemonOnTelegram();
     api.failNext("sendMessage", { destroySocket: true });
     const ada = fakeUser("Ada", { id: 7001 });
     api.injectText({ chat: privateChat(ada), from: ada, text: "first" });
@@ -753,14 +759,7 @@ describe("telegram end to end: a reply that may have arrived", () => {
 
 describe("telegram end to end: a group upgraded to a supergroup", () => {
   it("a reply in flight when the group is upgraded is delivered to the supergroup, not lost with a 400", async () => {
-    const api = new FakeTelegramBotApi({ maxLongPollMs: 200 });
-    const apiRoot = await api.start();
-    const h = await startHarness({ config: { channels: { telegram: { enabled: true, botToken: api.token, apiRoot, pollTimeoutSeconds: 1 } } } });
-    cleanups.push(async () => {
-      await h.stop();
-      await api.stop();
-    });
-    await api.waitForCall("getUpdates");
+    const { api, h } = await daemonOnTelegram();
     const group = groupChat(-5001, "Family");
     const ada = fakeUser("Ada", { id: 7002 });
     // The upgrade lands while the reply is being written (the model answers once it is asked).
@@ -779,17 +778,8 @@ describe("telegram end to end: a group upgraded to a supergroup", () => {
 
 describe("telegram end to end: commands addressed to another bot", () => {
   it("C3 in a group that answers everything, /stop@OtherBot and /send@OtherBot off are neither run as commands nor answered as prompts", async () => {
-    const api = new FakeTelegramBotApi({ maxLongPollMs: 200 });
-    const apiRoot = await api.start();
     const owner = fakeUser("Owner", { id: 7003 });
-    const h = await startHarness({
-      config: { commands: { owners: [`telegram:${owner.id}`] }, channels: { telegram: { enabled: true, botToken: api.token, apiRoot, pollTimeoutSeconds: 1, requireMention: false } } },
-    });
-    cleanups.push(async () => {
-      await h.stop();
-      await api.stop();
-    });
-    await api.waitForCall("getUpdates");
+    const { api, h } = await daemonOnTelegram({ requireMention: false }, { commands: { owners: [`telegram:${owner.id}`] } });
     const group = groupChat(-5002, "Two bots");
     api.injectText({ chat: group, from: owner, text: "/send@OtherBot off" });
     api.injectText({ chat: group, from: owner, text: "/stop@OtherBot" });
