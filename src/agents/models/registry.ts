@@ -39,10 +39,12 @@ export class ModelRegistry {
     if (this.config.agents.defaults.model) return this.config.agents.defaults.model;
     if (this.env.SWITCHBOARD_MODEL) {
       const m = this.env.SWITCHBOARD_MODEL;
-      // With the OPENAI_BASE_URL server it names one of that server's models, and their ids often
-      // hold a slash themselves (vLLM's "Qwen/Qwen2.5-7B-Instruct", OpenRouter's "openai/gpt-4o-mini"):
-      // only an "env/" prefix names the provider.
-      return this.providers.has("env") && !m.startsWith("env/") ? `env/${m}` : m;
+      // "<provider>/<model>" when it starts with a provider's id ("env/…" included); else, with
+      // the OPENAI_BASE_URL server, one of that server's models, whose ids often hold a slash
+      // themselves (vLLM's "Qwen/Qwen2.5-7B-Instruct", OpenRouter's "openai/gpt-4o-mini").
+      const slash = m.indexOf("/");
+      if (slash > 0 && this.providers.has(m.slice(0, slash))) return m;
+      return this.providers.has("env") ? `env/${m}` : m;
     }
     const [firstId, first] = Object.entries(this.config.models.providers)[0] ?? [];
     if (firstId && first?.models[0]) return `${firstId}/${first.models[0].id}`;
