@@ -36,6 +36,11 @@ export interface RunRequest {
   model?: string;
   /** The inbound router already recorded the user message. */
   userMessageRecorded?: boolean;
+  /**
+   * The session (sessionId) the message belongs to, when the caller recorded it: the run reads and
+   * writes that transcript even if the session was reset (`/new`) while the run waited for its turn.
+   */
+  sessionId?: string;
   origin?: DeliveryContext;
   /** Restricts the tool set (sub-agents). */
   toolFilter?: (name: string) => boolean;
@@ -237,7 +242,10 @@ export class AgentRuntime {
   private async loop(info: RunInfo, req: RunRequest, signal: AbortSignal, usage: RunUsage, log: pino.Logger): Promise<{ reply: string; model?: string }> {
     const { sessions, transcripts, models, config } = this.deps;
     const entry = sessions.get(req.sessionKey) ?? (await sessions.upsert(req.sessionKey, req.agentId));
-    const ref = { path: sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+    // A message recorded before a `/new` that came while its run waited is answered in the session
+    // it was said in: the fresh transcript holds neither it nor the conversation it belongs to.
+    const sessionId = req.sessionId ?? entry.sessionId;
+    const ref = { path: sessions.transcriptPath({ agentId: entry.agentId, sessionId }), sessionId, key: entry.key };
     if (!req.userMessageRecorded) {
       await transcripts.appendMessage(ref, {
         role: "user",
@@ -285,7 +293,7 @@ export class AgentRuntime {
       usage.output += res.usage.output;
       // The entry is updated in memory at once. Its store write is not awaited: the store commits
       // in issue order, so the reply's outbox record (written later) cannot be durable before it.
-      this.recordUsage(req.sessionKey, res.usage, resolved.ref).catch((err: unknown) => log.error({ err }, "could not store token usage"));
+      this.recordUsage(req.sessionKey, sessionId, res.usage, resolved.ref).catch((err: unknown) => log.error({ err }, "could not store token usage"));
       // No text because the server withheld it or the model was cut off before any (a reasoning
       // model can spend its tokens thinking) is a failed run, not a choice to stay silent (that is
       // an empty "stop", or NO_REPLY): the chat gets a notice instead of nothing. Not recorded as
@@ -319,9 +327,10 @@ export class AgentRuntime {
     throw new Error(`run stopped after ${maxRounds} tool rounds (agents.defaults.maxToolRounds)`);
   }
 
-  private async recordUsage(sessionKey: string, u: RunUsage, model: string): Promise<void> {
+  private async recordUsage(sessionKey: string, sessionId: string, u: RunUsage, model: string): Promise<void> {
     const entry = this.deps.sessions.get(sessionKey);
-    if (!entry) return;
+    // A session reset since the run began starts its counters at zero: this run was the old one's.
+    if (!entry || entry.sessionId !== sessionId) return;
     const input = (entry.inputTokens ?? 0) + u.input;
     const output = (entry.outputTokens ?? 0) + u.output;
     await this.deps.sessions.upsert(sessionKey, entry.agentId, { inputTokens: input, outputTokens: output, totalTokens: input + output, contextTokens: u.input, lastModel: model, systemSent: true, abortedLastRun: false });

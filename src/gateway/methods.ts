@@ -221,8 +221,11 @@ export function createHandlers(app: App, version: string): Handlers {
         if (p.agentId && keyAgent !== agentId && sessionKey.startsWith("agent:")) throw new GatewayError("INVALID_REQUEST", `agent "${agentId}" does not match session key agent "${keyAgent}"`);
         checkPolicy(sessionKey, p.channel === "last" ? undefined : p.channel);
         const existing = sessions().get(sessionKey);
+        // Labels name one session (sessions.patch refuses a taken one): a label already in use goes
+        // on as the display name, as sessions_spawn does, or resolving it would fail for both.
+        const labelFree = p.label !== undefined && sessions().list({ label: p.label, limit: 1, includeArchived: true, where: (e) => e.key !== sessionKey }).length === 0;
         await sessions().upsert(sessionKey, keyAgent, {
-          ...(p.label && !existing?.label ? { label: p.label } : {}),
+          ...(p.label && !existing?.label ? (labelFree ? { label: p.label } : existing?.displayName ? {} : { displayName: p.label }) : {}),
           ...(p.spawnedBy && !existing?.spawnedBy ? { spawnedBy: app.canonicalKey(p.spawnedBy) } : {}),
         });
         const started = app.runtime.start({

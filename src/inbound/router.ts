@@ -270,8 +270,8 @@ export class InboundRouter {
       }
       return { kind: "command", reply: result.reply };
     }
-    await this.recordWebchat(p);
-    const { done } = this.deps.runtime.start({ sessionKey: p.sessionKey, agentId: p.agentId, message: p.text, runId: p.runId, userMessageRecorded: true, origin: { channel: "webchat", to: p.sessionKey, accountId: "default" } });
+    const { sessionId } = await this.recordWebchat(p);
+    const { done } = this.deps.runtime.start({ sessionKey: p.sessionKey, agentId: p.agentId, message: p.text, runId: p.runId, userMessageRecorded: true, sessionId, origin: { channel: "webchat", to: p.sessionKey, accountId: "default" } });
     const delivered = done.then(async (outcome) => {
       if (outcome.status === "ok" && outcome.reply && !isSkipToken(outcome.reply, NO_REPLY)) {
         await outbox.enqueue({ id: `reply:webchat:${p.runId}`, sessionKey: p.sessionKey, target: { channel: "webchat", accountId: "default", to: p.sessionKey, replyToMessageId: p.runId }, text: outcome.reply, kind: "reply" });
@@ -281,8 +281,8 @@ export class InboundRouter {
     return { kind: "run", done: delivered };
   }
 
-  /** The entry and transcript line of an operator's web chat message. */
-  private async recordWebchat(p: { sessionKey: string; agentId: string; text: string }): Promise<void> {
+  /** The entry and transcript line of an operator's web chat message; returns the session it was recorded in. */
+  private async recordWebchat(p: { sessionKey: string; agentId: string; text: string }): Promise<{ sessionId: string }> {
     const { sessions, transcripts } = this.deps;
     const existing = sessions.get(p.sessionKey);
     // Only a web-chat-born session takes web chat as its route; an operator typing into a
@@ -297,6 +297,7 @@ export class InboundRouter {
       { path: sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key },
       { role: "user", content: p.text, timestamp: Date.now(), provenance: { kind: "external_user" }, sender: { id: "operator", channel: "webchat" } },
     );
+    return { sessionId: entry.sessionId };
   }
 
   /**
@@ -411,7 +412,7 @@ export class InboundRouter {
     if (!outbox.has(replyId)) {
       // A run that had finished when the process died answers as it did: asking the model again
       // would record a second answer (and could give a different one).
-      const outcome = prior.recorded && prior.reply !== undefined ? ({ status: "ok", reply: prior.reply, usage: { input: 0, output: 0 } } as const) : await this.runWithTyping(route, msg, rec.id, target);
+      const outcome = prior.recorded && prior.reply !== undefined ? ({ status: "ok", reply: prior.reply, usage: { input: 0, output: 0 } } as const) : await this.runWithTyping(route, msg, rec.id, target, entry.sessionId);
       const text = replyText(outcome);
       if (text) await outbox.enqueue({ id: replyId, sessionKey: route.sessionKey, target, text, kind: "reply" });
     }
@@ -434,7 +435,8 @@ export class InboundRouter {
     this.givenUp++;
   }
 
-  private async runWithTyping(route: Route, msg: InboundMessage, inboundId: string, target: OutboundTarget): Promise<RunOutcome> {
+  /** `sessionId`: the session whose transcript holds the message (a `/new` may come before its run starts). */
+  private async runWithTyping(route: Route, msg: InboundMessage, inboundId: string, target: OutboundTarget, sessionId: string): Promise<RunOutcome> {
     const adapter = this.deps.adapter(msg.channel, msg.accountId);
     // Only a run that takes a noticeable time shows the indicator: a faster reply would just
     // flicker it, and every indicator is one more platform API call competing with replies for
@@ -461,6 +463,7 @@ export class InboundRouter {
         message: msg.text,
         runId: `in-${inboundId}`,
         userMessageRecorded: true,
+        sessionId,
         origin: normalizeDeliveryContext(target),
       });
       return await done;

@@ -189,9 +189,19 @@ export function isSubagentKey(key: string): boolean {
   return rest.startsWith("subagent:");
 }
 
-/** The agent owning a key: the `agent:<id>:` prefix, else `fallback` (bare internal keys). */
+/**
+ * The agent owning a key: the `agent:<id>:` prefix, normalised as every agent id is (reference
+ * §1.1), else `fallback` (bare internal keys). The id names the transcripts' directory, and a key
+ * is typed by whoever calls the gateway: `agent:../../x:chat` must not reach outside the state dir.
+ */
 export function agentIdFromKey(key: string, fallback: string): string {
-  return parseAgentKey(key)?.agentId ?? fallback;
+  const parsed = parseAgentKey(key);
+  return parsed ? normalizeAgentId(parsed.agentId) : fallback;
+}
+
+/** An agent id that is safe as a directory name: what normalizeAgentId keeps as it is (case aside). */
+export function isValidAgentId(id: string): boolean {
+  return VALID_ID.test(id);
 }
 
 /** Channel named inside a group key (`agent:a:<channel>:group:<id>`), if any. */

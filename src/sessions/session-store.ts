@@ -8,7 +8,7 @@
 import { randomUUID } from "node:crypto";
 import path from "node:path";
 import type { KvSpace } from "../store/kv.js";
-import { classifySessionKind, type SessionKind } from "./keys.js";
+import { classifySessionKind, isValidAgentId, normalizeAgentId, type SessionKind } from "./keys.js";
 import type { SessionEntry, SessionPatch } from "./entry.js";
 
 export interface ListFilter {
@@ -144,7 +144,10 @@ export class SessionStore {
   }
 
   transcriptPath(entry: Pick<SessionEntry, "agentId" | "sessionId">): string {
-    return path.join(this.stateDir, "agents", entry.agentId, "sessions", `${entry.sessionId}.jsonl`);
+    // An entry stored before keys' agent ids were normalised may hold a path ("../../x"): its
+    // files go where its normalised id's would, never outside <stateDir>/agents.
+    const agentDir = isValidAgentId(entry.agentId) ? entry.agentId : normalizeAgentId(entry.agentId);
+    return path.join(this.stateDir, "agents", agentDir, "sessions", `${entry.sessionId}.jsonl`);
   }
 
   /** Wait for every pending write (used on shutdown). */

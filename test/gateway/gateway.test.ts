@@ -1,10 +1,13 @@
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { mkdir, rmdir } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
 import WebSocket from "ws";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { GatewayCallError, type GatewayClient } from "../../src/gateway/client.js";
 import { Params } from "../../src/gateway/protocol.js";
 import { closeReason } from "../../src/gateway/server.js";
+import { echoLastUser } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 
@@ -160,6 +163,30 @@ describe("gateway session references", () => {
     expect(h.app.sessions.list({}).map((e) => e.key)).toEqual(["agent:main:main"]);
     await expect(c.request("agent", { sessionKey: "main", message: "hi", idempotencyKey: "padded" })).rejects.toMatchObject({ message: "send blocked by session policy" });
     expect(h.model.requests).toHaveLength(0);
+  });
+
+  it("a key typed with a path in its agent part (agent:../../x:chat, agent:a/b:chat) keeps its transcript under <stateDir>/agents: nothing is written outside the state directory", async () => {
+    const root = mkdtempSync(path.join(os.tmpdir(), "sb-keypath-"));
+    try {
+      h = await startHarness({ stateDir: path.join(root, "state") });
+      const c = await h.client();
+      for (const [i, sessionKey] of ["agent:../../escaped:chat", "agent:team/ops:chat", "agent:..:chat"].entries()) {
+        await c.request("chat.send", { sessionKey, message: `hi ${i}`, idempotencyKey: `path-${i}` });
+        expect(await c.request("agent.wait", { runId: `path-${i}`, timeoutMs: 5000 })).toMatchObject({ status: "ok" });
+        const entry = h.app.sessions.require(sessionKey);
+        const file = h.app.sessions.transcriptPath(entry);
+        expect(path.relative(path.join(h.stateDir, "agents"), file)).toMatch(/^[a-z0-9][a-z0-9_-]*\/sessions\/[0-9a-f-]{36}\.jsonl$/);
+        expect((await c.request("chat.history", { sessionKey })).messages.map((m: any) => m.role)).toEqual(["user", "assistant"]);
+      }
+      await h.app.transcripts.flush();
+      // Only the state directory was written to.
+      expect(readdirSync(root)).toEqual(["state"]);
+      expect(readdirSync(path.join(h.stateDir, "agents")).every((d) => /^[a-z0-9][a-z0-9_-]*$/.test(d))).toBe(true);
+    } finally {
+      await h?.stop();
+      h = undefined;
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 
   it("a label is stored trimmed, as the session tools store it", async () => {
@@ -1001,6 +1028,29 @@ describe("gateway chat.send, agent and agent.wait", () => {
     expect(h.model.requests).toHaveLength(1);
   });
 
+  it("interfaces §5 /new through chat.send while a web chat message waits behind a running turn: that message is answered from the session it was said in", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    h = await startHarness({
+      responder: async (req, i) => {
+        if (JSON.stringify(req.messages).includes("first question")) await held;
+        return echoLastUser(req, i);
+      },
+    });
+    const c = await h.client();
+    await c.request("chat.send", { sessionKey: "main", message: "first question", idempotencyKey: "w1" });
+    await vi.waitFor(() => expect(h!.app.runtime.counts().running).toBe(1));
+    await c.request("chat.send", { sessionKey: "main", message: "second question", idempotencyKey: "w2" });
+    const before = h.app.sessions.require("agent:main:main");
+    expect(await c.request("chat.send", { sessionKey: "main", message: "/new", idempotencyKey: "w3" })).toMatchObject({ command: true, reply: expect.stringMatching(/^⚙️ New session started/) });
+    release();
+    for (const runId of ["w1", "w2"]) expect(await c.request("agent.wait", { runId, timeoutMs: 5000 })).toMatchObject({ status: "ok" });
+    expect(h.app.runtime.get("w2")?.reply).toBe("echo: second question");
+    const old = await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(before));
+    expect(old.map((m) => (m.role === "user" ? m.content : m.role))).toEqual(["first question", "second question", "assistant", "assistant"]);
+    expect((await c.request("chat.history", { sessionKey: "main" })).messages).toEqual([]);
+  });
+
   it("interfaces §3 chat.send whose run fails broadcasts a chat event with state error", async () => {
     h = await startHarness({ responder: () => ({ status: 400, error: "model refused" }) });
     const c = await h.client();
@@ -1026,6 +1076,17 @@ describe("gateway chat.send, agent and agent.wait", () => {
     expect(h.app.sessions.require("agent:main:telegram:group:-1").label).toBe("fresh");
     await c.request("agent", { message: "hi", label: "other", sessionKey: "agent:main:telegram:group:-1", idempotencyKey: "l2" }, { expectFinal: true });
     expect(h.app.sessions.require("agent:main:telegram:group:-1").label).toBe("fresh");
+  });
+
+  it("agent's label is not given to a second session (labels stay unique, as sessions.patch and sessions_spawn keep them): that one shows it as its display name, and the label still resolves", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await c.request("agent", { message: "hi", label: "nightly", sessionKey: "agent:main:report-1", idempotencyKey: "n1" }, { expectFinal: true });
+    await c.request("agent", { message: "hi", label: "nightly", sessionKey: "agent:main:report-2", idempotencyKey: "n2" }, { expectFinal: true });
+    expect(h.app.sessions.require("agent:main:report-1").label).toBe("nightly");
+    expect(h.app.sessions.require("agent:main:report-2")).toMatchObject({ displayName: "nightly" });
+    expect(h.app.sessions.require("agent:main:report-2").label).toBeUndefined();
+    expect(await c.request("sessions.resolve", { label: "nightly" })).toEqual({ ok: true, key: "agent:main:report-1" });
   });
 
   it("interfaces §3 agent timeout is in seconds: a run held past timeout milliseconds still ends ok", async () => {

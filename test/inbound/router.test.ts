@@ -165,6 +165,35 @@ describe("inbound router", () => {
     expect(after.sendPolicy).toBe("deny");
   });
 
+  it("/new while a message waits for its run (every run slot busy): that message is answered from the session it was said in, and the fresh session starts empty", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const { h, telegram } = await boot({ agents: { defaults: { maxConcurrent: 1 } } });
+    h.model.setResponder(async (req, i) => {
+      if (JSON.stringify(req.messages).includes("hold the slot")) await held;
+      return echoLastUser(req, i);
+    });
+    // Another chat's slow run holds the only run slot.
+    await h.app.router.accept(inbound({ chatType: "group", peerId: "-100900", to: "-100900", wasMentioned: true, text: "hold the slot" }));
+    await vi.waitFor(() => expect(h.app.runtime.counts().running).toBe(1));
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "what is 2+2?" }));
+    await vi.waitFor(() => expect(h.app.runtime.counts().queued).toBe(1));
+    const before = h.app.sessions.require("agent:main:main");
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "/new" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual([expect.stringMatching(/^⚙️ New session started/)]));
+    release();
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toHaveLength(2));
+    await h.app.router.idle();
+    // The model was asked the question (not a conversation without any user message)…
+    expect(telegram.textsTo("1001")[1]).toBe("echo: what is 2+2?");
+    // …which stays with its answer in the old transcript; the new session holds nothing of it.
+    const old = await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(before));
+    expect(old.map((m) => m.role)).toEqual(["user", "assistant"]);
+    const fresh = h.app.sessions.require("agent:main:main");
+    expect(fresh.sessionId).not.toBe(before.sessionId);
+    expect(await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(fresh))).toEqual([]);
+  });
+
   it("/stop aborts the running turn of the session", async () => {
     const { h, telegram } = await boot();
     h.model.setResponder(() => ({ content: "slow", delayMs: 5_000 }));

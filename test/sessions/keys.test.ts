@@ -153,6 +153,12 @@ describe("session keys", () => {
     expect(agentIdFromKey("agent:research:main", "ops")).toBe("research");
   });
 
+  it("a key's agent id is normalised like any agent id: a path typed into it (agent:../../x:chat) names no directory outside", () => {
+    expect(agentIdFromKey("agent:../../escaped:chat", "ops")).toBe("escaped");
+    expect(agentIdFromKey("agent:team/ops:chat", "main")).toBe("team-ops");
+    expect(agentIdFromKey("agent:..:chat", "ops")).toBe("main");
+  });
+
   it.each([
     ["main", true],
     ["agent:main:main", true],

@@ -99,6 +99,9 @@ describe("session store (SQLite through keyv)", () => {
     const { store, stateDir } = await open();
     const e = await store.upsert("agent:ops:main", "ops");
     expect(store.transcriptPath(e)).toBe(path.join(stateDir, "agents", "ops", "sessions", `${e.sessionId}.jsonl`));
+    // An entry stored with a path for its agent id (before keys' agent ids were normalised) stays inside.
+    expect(store.transcriptPath({ agentId: "../../x", sessionId: e.sessionId })).toBe(path.join(stateDir, "agents", "x", "sessions", `${e.sessionId}.jsonl`));
+    expect(store.transcriptPath({ agentId: "Ops", sessionId: e.sessionId })).toBe(path.join(stateDir, "agents", "Ops", "sessions", `${e.sessionId}.jsonl`));
   });
 
   it("after a restart, list is still newest first — also for entries written within one clock tick", async () => {
