@@ -13,7 +13,7 @@ import { Outbox, type OutboxRecord } from "./delivery/outbox.js";
 import { openSendJournal, type SendJournal } from "./delivery/send-journal.js";
 import { InboundRouter } from "./inbound/router.js";
 import { defaultAgentId } from "./inbound/route.js";
-import { canonicalizeKey, looksLikeSessionKey, type SessionKey } from "./sessions/keys.js";
+import { canonicalizeKey, DEFAULT_ACCOUNT_ID, looksLikeSessionKey, type SessionKey } from "./sessions/keys.js";
 import type { SessionEntry } from "./sessions/entry.js";
 import { SessionNotFoundError, SessionStore } from "./sessions/session-store.js";
 import { TranscriptStore } from "./sessions/transcript.js";
@@ -128,6 +128,16 @@ export class App {
     if (exact) return exact;
     const same = [...this.adapters.values()].filter((a) => a.channel === channel);
     return same.length === 1 ? same[0] : undefined;
+  }
+
+  /**
+   * The bot account a caller means on `channel` when it names none: "default", or the channel's
+   * only account whatever its configured id (`channels.<name>.accountId`). Sessions record the
+   * account their chat came through, so policy lookups and per-account rate limits must use the
+   * same id as the replies of that chat do.
+   */
+  defaultAccountId(channel: string): string {
+    return this.adapter(channel, DEFAULT_ACCOUNT_ID)?.accountId ?? DEFAULT_ACCOUNT_ID;
   }
 
   /** A durable key/value space for an adapter (offsets, auth state). */

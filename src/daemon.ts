@@ -10,6 +10,7 @@ import type { AdapterContext, ChannelAdapter } from "./channels/types.js";
 import type { Config } from "./config/schema.js";
 import type { RunEvent } from "./agents/runtime.js";
 import { Gateway } from "./gateway/server.js";
+import { normalizeAgentId } from "./sessions/keys.js";
 import { createWebchatAdapter } from "./web/webchat-adapter.js";
 import { within } from "./util/within.js";
 import { VERSION } from "./version.js";
@@ -56,6 +57,7 @@ export class Daemon {
     const { config } = this.app;
     assertSafeBind(config);
     await this.app.open();
+    this.warnAboutUnknownAgents();
     this.serveWebchat();
     for (const plugin of this.opts.plugins ?? []) await plugin(this);
     if (config.channels.webchat.enabled) this.app.registerAdapter(createWebchatAdapter((event, payload) => this.gateway.broadcast(event, payload)));
@@ -87,6 +89,26 @@ export class Daemon {
     }, this.opts.pruneIntervalMs ?? PRUNE_INTERVAL_MS);
     this.pruner.unref();
     return { port };
+  }
+
+  /**
+   * An agent removed from `agents.list` (or misspelt in a binding) changes who answers without
+   * any error: a binding naming it is skipped, so its chats go to the default agent in new
+   * sessions, and its stored sessions run without its model and systemPrompt. Say so at start.
+   */
+  private warnAboutUnknownAgents(): void {
+    const known = new Set(this.config.agents.list.map((a) => normalizeAgentId(a.id)));
+    const fallback = this.app.defaultAgentId;
+    this.config.bindings.forEach((b, i) => {
+      if (!known.has(normalizeAgentId(b.agentId))) {
+        this.log.warn({ binding: i, agentId: b.agentId, match: b.match }, `bindings[${i}] names agent "${b.agentId}", which is not in agents.list: its chats go to the default agent "${fallback}"`);
+      }
+    });
+    const orphans: Record<string, number> = {};
+    for (const entry of this.app.sessions.list()) if (!known.has(entry.agentId)) orphans[entry.agentId] = (orphans[entry.agentId] ?? 0) + 1;
+    if (Object.keys(orphans).length) {
+      this.log.warn({ sessions: orphans }, `stored sessions belong to agents not in agents.list (${Object.keys(orphans).join(", ")}): they are kept and listed, their chats' new messages go to the agent routing picks now, and a run in one of them has no model or systemPrompt of its agent`);
+    }
   }
 
   /** Start-up prunes too; this keeps a long-running daemon's store a day deep (see Outbox.prune). */

@@ -11,6 +11,7 @@ import { lazyChild } from "../log.js";
 import { BoundedMap } from "../util/bounded-map.js";
 import { within } from "../util/within.js";
 import type { Config } from "../config/schema.js";
+import { agentConfigOf } from "../inbound/route.js";
 import type { DeliveryContext } from "../sessions/entry.js";
 import type { SessionStore } from "../sessions/session-store.js";
 import type { InputProvenance, TranscriptMessage, TranscriptStore } from "../sessions/transcript.js";
@@ -259,7 +260,7 @@ export class AgentRuntime {
     if (!modelRef || !models.configured) throw new Error(NO_MODEL_MESSAGE);
     const resolved = models.resolve(modelRef);
     info.model = resolved.ref;
-    const agent = config.agents.list.find((a) => a.id === req.agentId);
+    const agent = agentConfigOf(config, req.agentId);
     const tools = this.deps.tools({ sessionKey: req.sessionKey, agentId: req.agentId }).filter((t) => !req.toolFilter || req.toolFilter(t.name));
     const toolDefs: ToolDefinition[] = tools.map((t) => ({ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } }));
     let history = await transcripts.readMessages(ref.path, HISTORY_LIMIT);

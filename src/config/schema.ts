@@ -94,19 +94,30 @@ const WhatsApp = z.strictObject({
   ...ChannelCommon,
 });
 
+/** Refuses a second item whose id equals an earlier one's, compared case-insensitively. */
+function uniqueIds(what: string, list: string, why: string) {
+  return (items: Array<{ id: string }>, ctx: z.RefinementCtx): void => {
+    const first = new Map<string, number>();
+    items.forEach((item, i) => {
+      const key = item.id.trim().toLowerCase();
+      const earlier = first.get(key);
+      if (earlier === undefined) first.set(key, i);
+      else ctx.addIssue({ code: "custom", path: [i, "id"], message: `${what} "${item.id}" is already the id of ${list}[${earlier}] (${why}, compared case-insensitively)` });
+    });
+  };
+}
+
 /**
  * A job's id names its session (`cron:<id>`, case-insensitive): two jobs with one id would share
  * a transcript, and the second could not be scheduled.
  */
-function uniqueCronIds(jobs: Array<{ id: string }>, ctx: z.RefinementCtx): void {
-  const first = new Map<string, number>();
-  jobs.forEach((job, i) => {
-    const key = job.id.toLowerCase();
-    const earlier = first.get(key);
-    if (earlier === undefined) first.set(key, i);
-    else ctx.addIssue({ code: "custom", path: [i, "id"], message: `cron job id "${job.id}" is already the id of jobs[${earlier}] (ids name the job's cron:<id> session, compared case-insensitively)` });
-  });
-}
+const uniqueCronIds = uniqueIds("cron job id", "jobs", "ids name the job's cron:<id> session");
+
+/**
+ * An agent's id names its sessions (`agent:<id>:…`, lowercased): of two agents with one id the
+ * second could never run — its model, systemPrompt and bindings would silently be the first's.
+ */
+const uniqueAgentIds = uniqueIds("agent id", "list", "agent ids name sessions agent:<id>:…");
 
 /**
  * The stores src/store/kv.ts opens. Checked here so that `config check` refuses what `start`
@@ -154,7 +165,7 @@ export const ConfigSchema = z.strictObject({
           sandbox: Sandbox.default({ mode: "off", sessionToolsVisibility: "spawned" }),
         })
         .default({ maxConcurrent: 4, runTimeoutSeconds: 600, maxToolRounds: 12, subagents: { archiveAfterMinutes: 60, maxConcurrent: 8 }, sandbox: { mode: "off", sessionToolsVisibility: "spawned" } }),
-      list: z.array(Agent).min(1).default([{ id: "main", default: true, name: "Main", subagents: { allowAgents: [] } }]),
+      list: z.array(Agent).min(1).superRefine(uniqueAgentIds).default([{ id: "main", default: true, name: "Main", subagents: { allowAgents: [] } }]),
     })
     .default({
       defaults: { maxConcurrent: 4, runTimeoutSeconds: 600, maxToolRounds: 12, subagents: { archiveAfterMinutes: 60, maxConcurrent: 8 }, sandbox: { mode: "off", sessionToolsVisibility: "spawned" } },

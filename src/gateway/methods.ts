@@ -78,7 +78,9 @@ export function createHandlers(app: App, version: string): Handlers {
   return {
     async "sessions.list"(p) {
       const limit = Math.min(p.limit ?? DEFAULT_LIST_LIMIT, 10_000);
-      const entries = sessions().list({ ...p, limit, spawnedBy: p.spawnedBy ? app.canonicalKey(p.spawnedBy) : undefined, includeGlobal: p.includeGlobal ?? true });
+      // Entries carry normalised agent ids; an id as the config spells it ("Ops") finds them too.
+      const agentId = p.agentId ? normalizeAgentId(p.agentId) : undefined;
+      const entries = sessions().list({ ...p, limit, agentId, spawnedBy: p.spawnedBy ? app.canonicalKey(p.spawnedBy) : undefined, includeGlobal: p.includeGlobal ?? true });
       const rows = await Promise.all(
         entries.map(async (e) => {
           const r = toSessionRow(e, sessions().transcriptPath(e), app.models.defaultRef(e.agentId));
@@ -264,7 +266,7 @@ export function createHandlers(app: App, version: string): Handlers {
     },
 
     async send(p) {
-      const accountId = p.accountId ?? "default";
+      const accountId = p.accountId ?? app.defaultAccountId(p.channel);
       const target: OutboundTarget = { channel: p.channel, accountId, to: p.to, ...(p.threadId !== undefined ? { threadId: String(p.threadId) } : {}) };
       // Without a key, the session living at exactly this destination governs it: a forum topic's
       // session is not its group's, nor one bot account's chat another's.
@@ -340,7 +342,7 @@ async function deliverReply(app: App, sessionKey: string, runId: string, p: Meth
     app.log.warn({ sessionKey, runId }, "agent deliver requested but the session has no delivery route");
     return;
   }
-  await app.outbox.enqueue({ id: `agent:${runId}`, sessionKey, target: { channel: route.channel, accountId: route.accountId ?? "default", to: route.to, ...(route.threadId ? { threadId: route.threadId } : {}) }, text: replyText({ status: "ok", reply, usage: { input: 0, output: 0 } }), kind: "reply" });
+  await app.outbox.enqueue({ id: `agent:${runId}`, sessionKey, target: { channel: route.channel, accountId: route.accountId ?? app.defaultAccountId(route.channel), to: route.to, ...(route.threadId ? { threadId: route.threadId } : {}) }, text: replyText({ status: "ok", reply, usage: { input: 0, output: 0 } }), kind: "reply" });
 }
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {

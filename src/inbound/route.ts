@@ -5,7 +5,7 @@
  */
 import type { InboundMessage } from "../channels/types.js";
 import type { Config } from "../config/schema.js";
-import { directSessionKey, groupSessionKey, normalizeAgentId, type SessionKey } from "../sessions/keys.js";
+import { directSessionKey, groupSessionKey, normalizeAccountId, normalizeAgentId, type SessionKey } from "../sessions/keys.js";
 
 export interface Route {
   agentId: string;
@@ -15,6 +15,16 @@ export interface Route {
 
 export function defaultAgentId(config: Config): string {
   return normalizeAgentId((config.agents.list.find((a) => a.default) ?? config.agents.list[0])?.id);
+}
+
+/**
+ * The `agents.list` entry of a (normalised) agent id. Config ids may be written with upper case
+ * ("Ops") while every key, run and entry carries the normalised id ("ops"): comparing them raw
+ * would lose the agent's model, systemPrompt and name.
+ */
+export function agentConfigOf(config: Config, agentId: string): Config["agents"]["list"][number] | undefined {
+  const id = normalizeAgentId(agentId);
+  return config.agents.list.find((a) => normalizeAgentId(a.id) === id);
 }
 
 type InboundRouteFields = Pick<InboundMessage, "channel" | "accountId" | "chatType" | "peerId" | "threadId" | "parentPeerId">;
@@ -30,9 +40,11 @@ export function resolveRoute(config: Config, msg: InboundRouteFields): Route {
 
 function pickAgent(config: Config, msg: InboundRouteFields): { agentId: string; matchedBy: Route["matchedBy"] } {
   const known = new Set(config.agents.list.map((a) => normalizeAgentId(a.id)));
-  // A binding without accountId matches only the default account; "*" matches any.
+  // A binding without accountId matches only the default account; "*" matches any. Account ids
+  // are compared normalised (as in dmScope keys): "Support" in a channel and "support" here match.
+  const account = normalizeAccountId(msg.accountId);
   const candidates = config.bindings.filter(
-    (b) => b.match.channel === msg.channel && (b.match.accountId === "*" || (b.match.accountId ?? "default") === msg.accountId),
+    (b) => b.match.channel === msg.channel && (b.match.accountId === "*" || normalizeAccountId(b.match.accountId) === account),
   );
   const tiers: Array<[Route["matchedBy"], (b: Config["bindings"][number]) => boolean]> = [
     ["binding.peer", (b) => !!b.match.peer && b.match.peer.kind === msg.chatType && b.match.peer.id === msg.peerId],

@@ -4,6 +4,7 @@
  * `to` is the session key the page shows; `replyToMessageId` carries the runId being answered.
  */
 import { randomUUID } from "node:crypto";
+import { displayKey } from "../sessions/keys.js";
 import type { ChannelAdapter, ChannelHealth, OutboundTarget, SendReceipt } from "../channels/types.js";
 
 export function createWebchatAdapter(broadcast: (event: string, payload: unknown) => void): ChannelAdapter {
@@ -17,7 +18,8 @@ export function createWebchatAdapter(broadcast: (event: string, payload: unknown
       const messageId = randomUUID();
       broadcast("chat", {
         ...(target.replyToMessageId ? { runId: target.replyToMessageId } : {}),
-        sessionKey: target.to,
+        // As callers see keys: `global` (session.scope "global") is shown as `main` (R6).
+        sessionKey: displayKey(target.to),
         state: "final",
         messageId,
         message: { role: "assistant", content: [{ type: "text", text }], timestamp: Date.now() },

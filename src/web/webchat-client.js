@@ -32,6 +32,8 @@ export class GatewayConnection {
    * @type {Map<string, {frame: string, resolve: (payload: any) => void, reject: (err: Error) => void}>}
    */
   #waiting = new Map();
+  /** @type {{defaultAgentId?: string, scope?: string} | undefined} */
+  #sessionDefaults = undefined;
 
   /**
    * @param {{url: string, token?: string | null, WebSocket?: any, retryMs?: number[],
@@ -49,6 +51,14 @@ export class GatewayConnection {
 
   get connected() {
     return this.#connected;
+  }
+
+  /**
+   * The daemon's session defaults from its last handshake (which agent `main` is, and the scope).
+   * @returns {{defaultAgentId?: string, scope?: string} | undefined}
+   */
+  get sessionDefaults() {
+    return this.#sessionDefaults;
   }
 
   start() {
@@ -139,10 +149,11 @@ export class GatewayConnection {
 
   /**
    * @param {WebSocket} ws
-   * @param {{ok: boolean, error?: {code?: string, message?: string}}} frame
+   * @param {{ok: boolean, payload?: {snapshot?: {sessionDefaults?: {defaultAgentId?: string, scope?: string}}}, error?: {code?: string, message?: string}}} frame
    */
   #onConnectAnswer(ws, frame) {
     if (frame.ok) {
+      this.#sessionDefaults = frame.payload?.snapshot?.sessionDefaults;
       this.#connected = true;
       this.#attempt = 0;
       this.#handlers.onStatus("Connected");
@@ -170,13 +181,20 @@ export class GatewayConnection {
 }
 
 /**
- * `main` and `agent:<id>:main` name the same session for the page.
+ * Do two keys name the same session? As the daemon resolves them: keys are lowercase, and `main`
+ * is the *default* agent's `agent:<id>:main` only — another agent's main session is another
+ * conversation (R1). Under `session.scope` "global" every agent's main is the one `main` (R6).
  * @param {string} a
  * @param {string} b
+ * @param {{defaultAgentId?: string, scope?: string} | undefined} defaults the daemon's, from its handshake
  */
-function sameSession(a, b) {
-  const isMain = (/** @type {string} */ key) => /^agent:[^:]+:main$/.test(key);
-  return a === b || (a === "main" && isMain(b)) || (b === "main" && isMain(a));
+function sameSession(a, b, defaults) {
+  const canonical = (/** @type {string} */ key) => {
+    const k = key.trim().toLowerCase();
+    if (defaults?.scope === "global" && (k === "main" || k === "global" || /^agent:[^:]+:main$/.test(k))) return "main";
+    return k === "main" ? `agent:${defaults?.defaultAgentId ?? "main"}:main` : k;
+  };
+  return canonical(a) === canonical(b);
 }
 
 /**
@@ -313,7 +331,7 @@ export class ChatView {
    * @param {ChatEvent} event
    */
   onChat(event) {
-    if (!sameSession(event.sessionKey, this.#sessionKey)) return;
+    if (!sameSession(event.sessionKey, this.#sessionKey, this.#conn.sessionDefaults)) return;
     if (this.#reloading) {
       this.#buffered.push(event);
       return;

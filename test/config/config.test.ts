@@ -46,6 +46,10 @@ describe("config", () => {
       { cron: { jobs: [{ id: "daily", schedule: "0 9 * * *", message: "a" }, { id: "Daily", schedule: "0 18 * * *", message: "b" }] } },
       'cron.jobs.1.id: cron job id "Daily" is already the id of jobs[0] (ids name the job\'s cron:<id> session, compared case-insensitively)',
     ],
+    [
+      { agents: { list: [{ id: "main", default: true }, { id: "ops", systemPrompt: "Ops desk." }, { id: "Ops", systemPrompt: "Copied block." }] } },
+      'agents.list.2.id: agent id "Ops" is already the id of list[1] (agent ids name sessions agent:<id>:…, compared case-insensitively)',
+    ],
   ])("each error names its path: %j", (raw, expected) => {
     expect(problems(raw)).toContain(expected);
   });

@@ -3,6 +3,7 @@
  * out while the rest runs, and a stop finishes the work in flight before it closes the store.
  */
 import { readFileSync, rmSync } from "node:fs";
+import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { echoLastUser, FakeModelServer } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
@@ -87,5 +88,24 @@ describe("daemon lifecycle", () => {
     await stopping;
     expect(model.requests).toHaveLength(1);
     expect(h.app.sessions.list().filter((e) => e.key.startsWith("hook:"))).toEqual([]);
+  });
+});
+
+describe("several agents at start-up", () => {
+  it("an agent removed from agents.list while a binding and sessions still name it is a start-up warning, not a silent change of agent", async () => {
+    const first = await startHarness({ config: { agents: { list: [{ id: "main", default: true }, { id: "ops" }] }, bindings: [{ agentId: "ops", match: { channel: "telegram", peer: { kind: "group", id: "-100400" } } }] } });
+    cleanups.push(() => rmSync(first.stateDir, { recursive: true, force: true }));
+    await first.app.router.accept(inbound({ chatType: "group", peerId: "-100400", to: "-100400", wasMentioned: true, text: "for ops" }));
+    await first.app.router.idle();
+    expect(first.app.sessions.get("agent:ops:telegram:group:-100400")).toBeDefined();
+    await first.stop({ keepState: true });
+
+    const lines: Array<{ level: number; msg: string; [k: string]: unknown }> = [];
+    const log = pino({ level: "warn" }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const h = await startHarness({ stateDir: first.stateDir, log, config: { bindings: [{ agentId: "ops", match: { channel: "telegram", peer: { kind: "group", id: "-100400" } } }] } });
+    cleanups.push(() => h.stop());
+    const warnings = lines.filter((l) => l.level === 40);
+    expect(warnings).toContainEqual(expect.objectContaining({ binding: 0, agentId: "ops", msg: expect.stringContaining('not in agents.list: its chats go to the default agent "main"') }));
+    expect(warnings).toContainEqual(expect.objectContaining({ sessions: { ops: 1 }, msg: expect.stringContaining("not in agents.list") }));
   });
 });

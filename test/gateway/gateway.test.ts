@@ -1170,4 +1170,21 @@ describe("gateway send", () => {
     expect(await c.request("send", { channel: "telegram", accountId: "b", to: "-7", message: "via b", idempotencyKey: "via-b" })).toMatchObject({ status: "sent" });
     expect([a.textsTo("-7"), b.textsTo("-7")]).toEqual([[], ["via b"]]);
   });
+
+  it("D2 send without accountId to a channel whose only bot account is not named \"default\" (channels.telegram.accountId) takes that account's session policy", async () => {
+    const work = new RecordingAdapter("telegram", "work");
+    h = await startHarness({ adapters: [work], config: { commands: { owners: ["telegram:1001"] } } });
+    // The group's owner turned replies off there, through the "work" bot.
+    await h.app.router.accept(inbound({ accountId: "work", chatType: "group", peerId: "-8", to: "-8", wasMentioned: true, text: "/send off" }));
+    await vi.waitFor(() => expect(h!.app.sessions.get("agent:main:telegram:group:-8")?.sendPolicy).toBe("deny"));
+    const c = await h.client();
+    await expect(c.request("send", { channel: "telegram", to: "-8", message: "announcement", idempotencyKey: "no-account" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "send blocked by session policy" });
+    expect(work.textsTo("-8").filter((t) => t === "announcement")).toEqual([]);
+    // Sent where allowed, and an agent reply delivered to an explicit chat, go out as that account
+    // (one bot, one per-account rate limit), not as a "default" account beside it.
+    await c.request("send", { channel: "telegram", to: "-9", message: "elsewhere", idempotencyKey: "elsewhere" });
+    await c.request("agent", { message: "report", deliver: true, channel: "telegram", to: "-9", idempotencyKey: "deliver" }, { expectFinal: true });
+    await vi.waitFor(() => expect(work.textsTo("-9")).toEqual(["elsewhere", "echo: report"]));
+    expect(work.sent.filter((m) => m.target.to === "-9").map((m) => m.target.accountId)).toEqual(["work", "work"]);
+  });
 });

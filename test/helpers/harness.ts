@@ -40,6 +40,8 @@ export interface HarnessOptions {
   plugins?: DaemonOptions["plugins"];
   adapterFactories?: DaemonOptions["adapterFactories"];
   pruneIntervalMs?: number;
+  /** The daemon's logger (default: silent), for tests that read what the operator is told. */
+  log?: pino.Logger;
 }
 
 export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> {
@@ -64,7 +66,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     "<test>",
     {},
   );
-  const log = pino({ level: "silent" });
+  const log = opts.log ?? pino({ level: "silent" });
   const adapters = opts.adapters ?? [];
   const daemon = createFullDaemon({
     config,

@@ -3,7 +3,7 @@ import path from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { InboundMessage } from "../../src/channels/types.js";
 import { GIVEN_UP_NOTICE, MAX_RESUMES } from "../../src/inbound/router.js";
-import { echoLastUser } from "../fakes/model-server.js";
+import { echoLastUser, FakeModelServer } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { stateDirWithPending, withInboundStore, type StoredInbound } from "../helpers/inbound-store.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
@@ -571,6 +571,36 @@ describe("inbound router", () => {
     await vi.waitFor(() => expect(telegram.textsTo("-100700")).toHaveLength(1));
     expect(telegram.textsTo("1001")[0]).toContain("runs: 0 running, 0 queued");
     expect(telegram.textsTo("-100700")[0]).toContain("runs: 1 running, 0 queued");
+  });
+});
+
+describe("several agents", () => {
+  it("an agent whose configured id has upper case (agents.list id \"Ops\") keeps its own model, systemPrompt and name for the chats bound to it", async () => {
+    // A second model server, so that which model a run used is visible as where its request went.
+    const big = new FakeModelServer(() => ({ content: "from big" }));
+    const bigUrl = await big.start();
+    try {
+      const { h, telegram } = await boot({
+        models: { providers: { big: { baseUrl: bigUrl, models: [{ id: "big" }] } } },
+        agents: { list: [{ id: "main", default: true }, { id: "Ops", name: "Operations", model: "big/big", systemPrompt: "You are the ops desk." }] },
+        bindings: [{ agentId: "Ops", match: { channel: "telegram", peer: { kind: "group", id: "-100300" } } }],
+      });
+      await h.app.router.accept(inbound({ chatType: "group", peerId: "-100300", to: "-100300", wasMentioned: true, text: "disk full?" }));
+      await vi.waitFor(() => expect(telegram.textsTo("-100300")).toEqual(["from big"]));
+      expect(h.model.requests).toHaveLength(0);
+      expect(big.requests[0].model).toBe("big");
+      expect(big.requests[0].messages[0]).toMatchObject({ role: "system", content: expect.stringContaining("You are the ops desk.") });
+      expect(h.app.sessions.get("agent:ops:telegram:group:-100300")).toMatchObject({ agentId: "ops", lastModel: "big/big" });
+      // The gateway finds the agent's sessions by its id as the config spells it, as `agent` and
+      // sessions.resolve do.
+      const client = await h.client();
+      for (const agentId of ["ops", "Ops"]) {
+        const { sessions } = (await client.request("sessions.list", { agentId })) as { sessions: Array<{ key: string }> };
+        expect(sessions.map((s) => s.key), agentId).toEqual(["agent:ops:telegram:group:-100300"]);
+      }
+    } finally {
+      await big.stop();
+    }
   });
 });
 

@@ -210,6 +210,8 @@ describe("inbound route → agent (bindings)", () => {
         // No accountId: the default account only.
         { agentId: "tg", match: { channel: "telegram" } },
         { agentId: "work", match: { channel: "whatsapp", accountId: "*" } },
+        // Account ids are compared normalised (reference §1.1), as the config may spell them.
+        { agentId: "work", match: { channel: "discord", accountId: "support" } },
       ],
     },
     "<test>",
@@ -224,6 +226,7 @@ describe("inbound route → agent (bindings)", () => {
     ["a thread takes its parent channel's binding", { channel: "discord", accountId: "default", chatType: "channel", peerId: "9001", parentPeerId: "555" }, "main", "binding.parent"],
     ["a binding without accountId is not another account's", { ...tg, accountId: "second", peerId: "-100999" }, "ops", "default"],
     ['accountId "*" matches every account', { channel: "whatsapp", accountId: "second", chatType: "direct", peerId: "+1555" }, "work", "binding.channel"],
+    ['an account binding "support" matches the account configured as "Support"', { channel: "discord", accountId: "Support", chatType: "channel", peerId: "77" }, "work", "binding.account"],
     ["unbound: the agent marked default, not the first listed", { channel: "discord", accountId: "default", chatType: "direct", peerId: "42" }, "ops", "default"],
   ] as const)("%s", (_case, msg, agentId, matchedBy) => {
     expect(resolveRoute(config, msg)).toMatchObject({ agentId, matchedBy });

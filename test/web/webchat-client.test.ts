@@ -250,3 +250,50 @@ it("events of other sessions are not shown; main and agent:<id>:main are the sam
   view.onChat({ sessionKey: "agent:main:main", state: "final", message: said("here") });
   expect(shown()).toEqual(["assistant: here"]);
 });
+
+/** A second page (another browser tab) on the same daemon, straight to the gateway, showing `sessionKey`. */
+function secondPage(sessionKey: string) {
+  const other: { view?: ChatView; reloads: number } = { reloads: 0 };
+  const tab = new GatewayConnection({
+    url: h!.url,
+    WebSocket,
+    retryMs: [20],
+    onReady: () => void other.view!.reload().then(() => other.reloads++),
+    onEvent: (name, payload) => name === "chat" && other.view!.onChat(payload),
+  });
+  other.view = new ChatView(tab, { sessionKey });
+  return { tab, view: other.view, state: other, shown: () => other.view!.items.map((i) => `${i.role}: ${i.text}`) };
+}
+
+it("R1 with several agents, a tab on `main` (the default agent's) shows none of another agent's agent:<id>:main conversation; a key typed with upper case still shows its own replies", async () => {
+  const p = await page({ config: { agents: { list: [{ id: "main", default: true }, { id: "ops" }] } } });
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  const ops = secondPage("agent:Ops:main");
+  ops.tab.start();
+  try {
+    await vi.waitFor(() => expect(ops.state.reloads).toBe(1));
+    await ops.view.send("hi ops");
+    await vi.waitFor(() => expect(ops.shown()).toEqual(["user: hi ops", "assistant: echo: hi ops"]));
+    await p.view.send("hi main");
+    await vi.waitFor(() => expect(p.shown()).toEqual(["user: hi main", "assistant: echo: hi main"]));
+    // Both replies were broadcast to every tab; each tab shows only its own session's.
+    await h!.app.router.idle();
+    expect(p.shown()).toEqual(["user: hi main", "assistant: echo: hi main"]);
+    expect(ops.shown()).toEqual(["user: hi ops", "assistant: echo: hi ops"]);
+  } finally {
+    ops.tab.stop();
+  }
+});
+
+it("R6 with session.scope global, the page on `main` shows its replies as they come (the reply event never names `global`)", async () => {
+  const events: Array<{ sessionKey: string }> = [];
+  const p = await page({ config: { session: { scope: "global" } } });
+  const watcher = await h!.client();
+  watcher.on("event", (name: string, payload: { sessionKey: string }) => name === "chat" && events.push(payload));
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  await p.view.send("anyone?");
+  await vi.waitFor(() => expect(p.shown()).toEqual(["user: anyone?", "assistant: echo: anyone?"]));
+  expect(events.map((e) => e.sessionKey)).toEqual(["main"]);
+});

@@ -3,6 +3,7 @@
  * variables OPENAI_BASE_URL / OPENAI_API_KEY / SWITCHBOARD_MODEL when no provider is configured).
  */
 import type { Config } from "../../config/schema.js";
+import { agentConfigOf } from "../../inbound/route.js";
 import { createOpenAiChatProvider } from "./openai-chat.js";
 import type { ModelProvider } from "./provider.js";
 
@@ -34,7 +35,7 @@ export class ModelRegistry {
 
   /** The model an agent uses by default: agent → defaults → env → the only configured model. */
   defaultRef(agentId: string): string | undefined {
-    const agent = this.config.agents.list.find((a) => a.id === agentId);
+    const agent = agentConfigOf(this.config, agentId);
     if (agent?.model) return agent.model;
     if (this.config.agents.defaults.model) return this.config.agents.defaults.model;
     if (this.env.SWITCHBOARD_MODEL) {
