@@ -12,7 +12,7 @@ import type { ModelProvider } from "./agents/models/provider.js";
 import { Outbox, type OutboxRecord } from "./delivery/outbox.js";
 import { openSendJournal, type SendJournal } from "./delivery/send-journal.js";
 import { InboundRouter } from "./inbound/router.js";
-import { defaultAgentId } from "./inbound/route.js";
+import { defaultAgentId, resolveRoute } from "./inbound/route.js";
 import { canonicalizeKey, DEFAULT_ACCOUNT_ID, looksLikeSessionKey, type SessionKey } from "./sessions/keys.js";
 import type { SessionEntry } from "./sessions/entry.js";
 import { SessionNotFoundError, SessionStore } from "./sessions/session-store.js";
@@ -81,6 +81,11 @@ export class App {
       adapter: (channel, accountId) => this.adapter(channel, accountId),
       log: this.log.child({ component: "outbox" }),
       journal: this.journal,
+      // A group's or channel's session is keyed by the chat (its `to`): what the router would derive.
+      chatSessionKeys: (target) =>
+        target.channel === "webchat"
+          ? []
+          : (["group", "channel"] as const).map((chatType) => resolveRoute(this.config, { channel: target.channel, accountId: target.accountId, chatType, peerId: target.to, ...(target.threadId ? { threadId: target.threadId } : {}) }).sessionKey),
       ...(this.opts.outboxClock ? { now: this.opts.outboxClock.now, sleep: this.opts.outboxClock.sleep } : {}),
     });
     this.runtime = new AgentRuntime({

@@ -18,7 +18,7 @@ import { createBotApi } from "./bot-api.js";
 import { DEFAULT_COMMANDS, type MenuCommand, syncCommands } from "./commands.js";
 import { apiFailureOf, describeError, toPlatformError } from "./errors.js";
 import { type BotIdentity, mapUpdate } from "./map-update.js";
-import { chatActionParams, rateLimitsFor, sendMessageParams } from "./outbound.js";
+import { chatActionParams, chatTypeOfTarget, rateLimitsFor, sameChatTargets, sendMessageParams } from "./outbound.js";
 import { Poller, type PollPhase } from "./poller.js";
 import { createWarmAgent } from "./warm-agent.js";
 import { ALLOWED_UPDATES, type TgUpdate } from "./wire.js";
@@ -236,6 +236,10 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
     },
 
     health: () => ({ ...health }),
+
+    chatTypeOf: (target) => chatTypeOfTarget(target.to),
+
+    sameChatTargets,
 
     rateLimitsFor: (target) => rateLimitsFor(target, config.rateLimit),
   };

@@ -1,5 +1,5 @@
 /** Pure construction of outbound Bot API payloads and the send limits that apply to a target. */
-import { type OutboundTarget, PlatformError, type RateLimit } from "../../src/channels/types.js";
+import { type ChatType, type OutboundTarget, PlatformError, type RateLimit } from "../../src/channels/types.js";
 import type { TelegramConfig } from "../../src/config/schema.js";
 import { limitAtRate } from "../../src/delivery/rate-limiter.js";
 import { GENERAL_TOPIC_ID } from "./map-update.js";
@@ -52,6 +52,26 @@ function threadNumber(target: OutboundTarget): number {
 /** Groups and supergroups have negative ids; public channels and groups may be addressed as @name. */
 export function isGroupTarget(to: string): boolean {
   return to.startsWith("-") || to.startsWith("@");
+}
+
+/**
+ * What a chat id says of the chat: a group (negative id, or a public @name), a private chat (a
+ * user's positive id), else nothing — for the send policy's `chatType` rules.
+ */
+export function chatTypeOfTarget(to: string): ChatType | undefined {
+  if (isGroupTarget(to)) return "group";
+  return /^\d+$/.test(to) ? "direct" : undefined;
+}
+
+/**
+ * A send without a topic and one to the General topic land in the same place (Telegram takes no
+ * message_thread_id=1: sendMessageParams omits it), so each is the other's spelling.
+ */
+export function sameChatTargets(target: OutboundTarget): OutboundTarget[] {
+  if (target.threadId === undefined) return [{ ...target, threadId: GENERAL_TOPIC_ID }];
+  if (target.threadId !== GENERAL_TOPIC_ID) return [];
+  const { threadId: _general, ...group } = target;
+  return [group];
 }
 
 /**

@@ -21,7 +21,7 @@ import { createBaileysSocketFactory, type BaileysSocketFactoryOptions } from "./
 import { BoundedMap } from "../../src/util/bounded-map.js";
 import { within } from "../../src/util/within.js";
 import { toPlatformError } from "./errors.js";
-import { jidForTarget, jidKind, normalizeJid } from "./jid.js";
+import { chatTypeOfJid, jidForTarget, jidKind, normalizeJid } from "./jid.js";
 import { whatsappRateLimits } from "./limits.js";
 import { mapInbound, type MapContext, type SelfIdentity } from "./map-message.js";
 import { printQrToTerminal } from "./qr.js";
@@ -351,6 +351,10 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
 
     health(): ChannelHealth {
       return { connected, lastInboundAt, lastError };
+    },
+
+    chatTypeOf(target: OutboundTarget) {
+      return chatTypeOfJid(target.to);
     },
 
     rateLimitsFor(target: OutboundTarget) {

@@ -90,3 +90,12 @@ export function jidForTarget(to: string): string | undefined {
   const digits = trimmed.replace(/^\+/, "");
   return /^\d{5,20}$/.test(digits) ? `${digits}@s.whatsapp.net` : undefined;
 }
+
+/**
+ * What an outbound `to` says of the chat: a group JID, a person (phone JID, LID or E.164), else
+ * nothing — for the send policy's `chatType` rules.
+ */
+export function chatTypeOfJid(to: string): "group" | "direct" | undefined {
+  const kind = jidKind(jidForTarget(to));
+  return kind === "group" ? "group" : kind === "pn" || kind === "lid" ? "direct" : undefined;
+}

@@ -166,6 +166,18 @@ export interface ChannelAdapter {
   readonly reportsWire?: boolean;
   /** Best-effort typing indicator while a run works. */
   typing?(target: OutboundTarget): Promise<void>;
+  /**
+   * The chat type of a destination where the platform's ids tell it (a Telegram group's negative
+   * id, a WhatsApp group JID); undefined where they do not. The send policy's `chatType` rules
+   * match on it for a delivery outside its session's own chat (Outbox.evaluateDelivery).
+   */
+  chatTypeOf?(target: OutboundTarget): ChatType | undefined;
+  /**
+   * Other targets this platform delivers to the same place (Telegram: a send without a topic
+   * lands in a forum's General topic), so that the sessions living there are found by any of
+   * them for the send policy (Outbox.evaluateDelivery).
+   */
+  sameChatTargets?(target: OutboundTarget): OutboundTarget[];
   health(): ChannelHealth;
   /**
    * The platform's published send limits that apply to a target, as token buckets the outbox

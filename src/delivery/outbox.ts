@@ -16,6 +16,8 @@ import { lazyChild } from "../log.js";
 import type { ChannelAdapter, OutboundTarget, RateLimit } from "../channels/types.js";
 import { PlatformError } from "../channels/types.js";
 import { resolveSendPolicy, type SendPolicyConfig, type SendPolicyResult } from "../policy/send-policy.js";
+import { sameDestination } from "../sessions/entry.js";
+import { displayKey } from "../sessions/keys.js";
 import type { SessionStore } from "../sessions/session-store.js";
 import type { TranscriptStore } from "../sessions/transcript.js";
 import type { KvSpace } from "../store/kv.js";
@@ -39,6 +41,12 @@ export interface OutboundRequest {
    * `/send off` can be confirmed in the chat it just silenced. Nothing else may set it.
    */
   ownerCommandAnswer?: boolean;
+  /**
+   * It answers a message of its session's own chat (the router's replies and notices): that
+   * session's policy alone decides, without looking for other sessions at the destination — a
+   * DM session shared by many peers (`dmScope: "main"`) records only its latest peer's route.
+   */
+  inChat?: boolean;
 }
 
 export type OutboxState = "queued" | "sending" | "sent" | "suppressed" | "failed";
@@ -49,6 +57,7 @@ export interface OutboxRecord {
   target: OutboundTarget;
   kind: OutboundKind;
   ownerCommandAnswer?: boolean;
+  inChat?: boolean;
   text: string;
   chunks?: string[];
   state: OutboxState;
@@ -102,6 +111,12 @@ export interface OutboxDeps {
   retentionMs?: number;
   /** Which interrupted sends may have reached the platform; without one, any may have. */
   journal?: SendJournal;
+  /**
+   * The keys the chat at a destination has as a group or channel session, so that a policy set
+   * for it before it first spoke (`sessions.patch` creates the entry, no route recorded yet)
+   * governs deliveries there too (see evaluateDelivery).
+   */
+  chatSessionKeys?: (target: OutboundTarget) => string[];
 }
 
 const TERMINAL: ReadonlySet<OutboxState> = new Set(["sent", "suppressed", "failed"]);
@@ -265,6 +280,7 @@ export class Outbox {
       target: req.target,
       kind: req.kind,
       ...(req.ownerCommandAnswer ? { ownerCommandAnswer: true } : {}),
+      ...(req.inChat ? { inChat: true } : {}),
       text: req.text,
       state: "queued",
       next: 0,
@@ -311,6 +327,45 @@ export class Outbox {
     });
   }
 
+  /**
+   * The verdict for one delivery. To its session's own chat: that session's (evaluate). Anywhere
+   * else — a hook's or `agent`'s `channel`/`to`, a gateway `send` naming some other session or
+   * none — the delivery belongs to a session of its own (the hook's, the caller's), but what it
+   * shows lands in that chat, so the chat's side counts too, as the reference system's deny did
+   * not against its other send paths (ecosystem §0.2):
+   * - `chatType` rules match the destination's type where the platform's ids tell it (a Telegram
+   *   group's negative id), also for a chat that has never spoken;
+   * - every other session living at the destination (by the route it recorded, or — set up before
+   *   the chat first spoke — by the key the chat has there) must allow it: a `/send off` there holds.
+   */
+  evaluateDelivery(sessionKey: string | undefined, target: OutboundTarget, inChat = false): SendPolicyResult {
+    const entry = sessionKey ? this.deps.sessions.get(sessionKey) : undefined;
+    if (inChat || (entry && sameDestination(entry.deliveryContext, target))) return this.evaluate(sessionKey, target.channel);
+    const chatType = this.deps.adapter(target.channel, target.accountId)?.chatTypeOf?.(target) ?? entry?.chatType;
+    const own = resolveSendPolicy(this.deps.policy(), { sessionKey, override: entry?.sendPolicy, channel: target.channel, chatType });
+    if (own.decision === "deny") return own;
+    for (const key of this.residents(sessionKey, target)) {
+      const theirs = this.evaluate(key, target.channel);
+      if (theirs.decision === "deny") return { decision: "deny", reason: `${theirs.reason} of ${displayKey(key)}, the session at the destination` };
+    }
+    return own;
+  }
+
+  /** Sessions other than `sessionKey` living at the destination (under any target the platform delivers there). */
+  private residents(sessionKey: string | undefined, target: OutboundTarget): string[] {
+    const { sessions } = this.deps;
+    const targets = [target, ...(this.deps.adapter(target.channel, target.accountId)?.sameChatTargets?.(target) ?? [])];
+    const keys = new Set<string>();
+    // By its key only while it has no route: once the chat has spoken, its route says which bot
+    // account's chat it is (one account's chat is not another's).
+    for (const key of targets.flatMap((t) => this.deps.chatSessionKeys?.(t) ?? [])) {
+      const entry = key === sessionKey ? undefined : sessions.get(key);
+      if (entry && !entry.deliveryContext) keys.add(key);
+    }
+    for (const entry of sessions.list({ where: (e) => e.key !== sessionKey && targets.some((t) => sameDestination(e.deliveryContext, t)) })) keys.add(entry.key);
+    return [...keys];
+  }
+
   /** Stop taking new work; wait for in-flight platform calls to finish. */
   async stop(): Promise<void> {
     this.stopped = true;
@@ -347,7 +402,7 @@ export class Outbox {
     if (this.stopped || TERMINAL.has(record.state) || this.records.get(record.id) !== record) return;
     const log = lazyChild(this.deps.log, { outboxId: record.id, sessionKey: record.sessionKey, channel: record.target.channel, accountId: record.target.accountId });
     if (record.state === "queued") {
-      const verdict = this.evaluate(record.sessionKey, record.target.channel);
+      const verdict = this.evaluateDelivery(record.sessionKey, record.target, record.inChat);
       record.policy = verdict.reason;
       if (verdict.decision === "deny" && !record.ownerCommandAnswer) {
         if (!(await this.accepted(record))) return;
@@ -391,6 +446,13 @@ export class Outbox {
       const limits: RateLimit[] = (adapter.rateLimitsFor?.(record.target) ?? []).map((l) => ({ ...l, key: scope + l.key }));
       const ticket = await this.limiter.acquire(limits);
       if (!ticket) return;
+      // The policy again as each chunk's turn comes: an owner's `/send off` while a long reply was
+      // going out (or waiting out a rate limit, an outage, a restart) stops the rest of it (D2).
+      const verdict = record.ownerCommandAnswer ? undefined : this.evaluateDelivery(record.sessionKey, record.target, record.inChat);
+      if (verdict?.decision === "deny") {
+        this.limiter.settle(ticket);
+        return this.suppressRest(record, verdict, chunks.length, log);
+      }
       // Settled at its answer inside; here too for the ways out with none (stopped before the
       // call, a failed write), where the send would otherwise keep its place in every bucket for good.
       const next = await this.sendChunk(record, adapter, limits, ticket, log).finally(() => this.limiter.settle(ticket));
@@ -400,6 +462,15 @@ export class Outbox {
     if (inDoubt) this.unknownHere++;
     await this.finish(record, "sent");
     await this.recordDelivery(record, inDoubt ? "unknown_after_send" : "sent");
+  }
+
+  /** A message being sent that the send policy now denies: the rest of it is not sent, and it is finished, suppressed. */
+  private async suppressRest(record: OutboxRecord, verdict: SendPolicyResult, chunkCount: number, log: pino.Logger): Promise<void> {
+    if (!(await this.accepted(record))) return;
+    record.policy = verdict.reason;
+    log.info({ kind: record.kind, reason: verdict.reason, chunksSent: record.next, chunks: chunkCount }, "rest of the delivery suppressed by send policy");
+    await this.finish(record, "suppressed");
+    await this.recordDelivery(record, "suppressed", `send policy deny (${verdict.reason}) after ${record.next} of ${chunkCount} chunks`);
   }
 
   /** One attempt at the record's next chunk, its rate-limit place granted: "stop" ends the record's sending. */

@@ -7,7 +7,7 @@ import type { App } from "../app.js";
 import type { OutboundTarget } from "../channels/types.js";
 import type { RunOutcome } from "../agents/runtime.js";
 import { classifySessionKind, isSubagentKey, agentIdFromKey, normalizeAgentId, MAIN_KEY, displayKey, nodeSessionKey } from "../sessions/keys.js";
-import { normalizeDeliveryContext, type DeliveryContext } from "../sessions/entry.js";
+import { normalizeDeliveryContext, sameDestination } from "../sessions/entry.js";
 import { toSessionRow } from "../sessions/rows.js";
 import { SessionNotFoundError } from "../sessions/session-store.js";
 import { replyText } from "../inbound/router.js";
@@ -348,8 +348,4 @@ async function deliverReply(app: App, sessionKey: string, runId: string, p: Meth
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
   let timer: NodeJS.Timeout | undefined;
   return Promise.race([p, new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), ms)))]).finally(() => clearTimeout(timer));
-}
-
-function sameDestination(dc: DeliveryContext | undefined, target: OutboundTarget): boolean {
-  return dc !== undefined && dc.channel === target.channel && dc.to === target.to && (dc.accountId ?? "default") === target.accountId && dc.threadId === target.threadId;
 }

@@ -274,7 +274,7 @@ export class InboundRouter {
     const { done } = this.deps.runtime.start({ sessionKey: p.sessionKey, agentId: p.agentId, message: p.text, runId: p.runId, userMessageRecorded: true, sessionId, origin: { channel: "webchat", to: p.sessionKey, accountId: "default" } });
     const delivered = done.then(async (outcome) => {
       if (outcome.status === "ok" && outcome.reply && !isSkipToken(outcome.reply, NO_REPLY)) {
-        await outbox.enqueue({ id: `reply:webchat:${p.runId}`, sessionKey: p.sessionKey, target: { channel: "webchat", accountId: "default", to: p.sessionKey, replyToMessageId: p.runId }, text: outcome.reply, kind: "reply" });
+        await outbox.enqueue({ id: `reply:webchat:${p.runId}`, sessionKey: p.sessionKey, target: { channel: "webchat", accountId: "default", to: p.sessionKey, replyToMessageId: p.runId }, text: outcome.reply, kind: "reply", inChat: true });
       }
       return outcome;
     });
@@ -383,7 +383,7 @@ export class InboundRouter {
       }
       await this.touch(route, msg);
       const result = await executeCommand(command, { sessionKey: route.sessionKey, agentId: route.agentId, channel: msg.channel }, this.deps);
-      await outbox.enqueue({ id: `cmd:${rec.id}`, sessionKey: route.sessionKey, target, text: result.reply, kind: "command", ownerCommandAnswer: true });
+      await outbox.enqueue({ id: `cmd:${rec.id}`, sessionKey: route.sessionKey, target, text: result.reply, kind: "command", ownerCommandAnswer: true, inChat: true });
       if (result.continueWith) await this.accept({ ...msg, text: result.continueWith, messageId: `${msg.messageId}:continue` });
       return this.finish(rec);
     }
@@ -414,7 +414,7 @@ export class InboundRouter {
       // would record a second answer (and could give a different one).
       const outcome = prior.recorded && prior.reply !== undefined ? ({ status: "ok", reply: prior.reply, usage: { input: 0, output: 0 } } as const) : await this.runWithTyping(route, msg, rec.id, target, entry.sessionId);
       const text = replyText(outcome);
-      if (text) await outbox.enqueue({ id: replyId, sessionKey: route.sessionKey, target, text, kind: "reply" });
+      if (text) await outbox.enqueue({ id: replyId, sessionKey: route.sessionKey, target, text, kind: "reply", inChat: true });
     }
     return this.finish(rec, entryWritten);
   }
@@ -430,7 +430,7 @@ export class InboundRouter {
     log.error({ resumes, lastError: rec.lastError ?? "none recorded (the process died during it)" }, "inbound message given up: its processing did not finish in any of its attempts; the chat gets a notice instead of a reply");
     const answered = command ? isOwner(this.deps.config, msg.channel, msg.senderId) : !this.unmentioned(msg);
     const noticeId = `reply:${rec.id}`;
-    if (answered && !this.deps.outbox.has(noticeId)) await this.deps.outbox.enqueue({ id: noticeId, sessionKey: route.sessionKey, target, text: GIVEN_UP_NOTICE, kind: "reply" });
+    if (answered && !this.deps.outbox.has(noticeId)) await this.deps.outbox.enqueue({ id: noticeId, sessionKey: route.sessionKey, target, text: GIVEN_UP_NOTICE, kind: "reply", inChat: true });
     await this.finish(rec, undefined, { msg, resumes, ...(rec.lastError ? { lastError: rec.lastError } : {}) });
     this.givenUp++;
   }
@@ -446,6 +446,9 @@ export class InboundRouter {
     // when the daemon could least afford them.
     const chat = `${target.channel}|${target.accountId}|${target.to}|${target.threadId ?? ""}`;
     const typing = () => {
+      // The indicator is output the chat sees: once the owner silences the chat mid-run
+      // (`/send off`, which does not wait behind the run), it stops with everything else (D2).
+      if (this.deps.outbox.evaluate(route.sessionKey, target.channel).decision === "deny") return;
       const now = Date.now();
       if (now - (this.lastTyping.get(chat) ?? 0) < TYPING_MIN_GAP_MS) return;
       this.lastTyping.set(chat, now);

@@ -51,6 +51,14 @@ export interface SessionEntry {
 
 export type SessionPatch = Partial<Omit<SessionEntry, "key" | "sessionId" | "createdAt">>;
 
+/**
+ * Whether a recorded route is exactly this destination: channel, bot account, chat and thread (a
+ * forum topic is not its group, one bot account's chat is not another's).
+ */
+export function sameDestination(dc: DeliveryContext | undefined, target: { channel: string; accountId: string; to: string; threadId?: string }): boolean {
+  return dc !== undefined && dc.channel === target.channel && dc.to === target.to && (dc.accountId ?? "default") === target.accountId && dc.threadId === target.threadId;
+}
+
 /** normalise: trim; drop empty fields; all-empty → undefined (reference §2.4). */
 export function normalizeDeliveryContext(ctx: Partial<DeliveryContext> | undefined): DeliveryContext | undefined {
   if (!ctx) return undefined;

@@ -4,7 +4,7 @@ import { PlatformError } from "../../src/channels/types.js";
 import { backoffDelay, DEFAULT_BACKOFF, retryDelay, sleep } from "../../adapters/telegram/backoff.js";
 import { commandsHash, DEFAULT_COMMANDS, syncCommands } from "../../adapters/telegram/commands.js";
 import { classify, describeError, redactToken, toPlatformError } from "../../adapters/telegram/errors.js";
-import { chatActionParams, rateLimitsFor, replyMessageId, sendMessageParams } from "../../adapters/telegram/outbound.js";
+import { chatActionParams, chatTypeOfTarget, rateLimitsFor, replyMessageId, sameChatTargets, sendMessageParams } from "../../adapters/telegram/outbound.js";
 import { type PollerDeps, type PollPhase, Poller } from "../../adapters/telegram/poller.js";
 import type { TgUpdate } from "../../adapters/telegram/wire.js";
 import { waitFor } from "../fakes/telegram-bot-api.js";
@@ -136,6 +136,14 @@ describe("telegram outbound payloads and limits", () => {
     expect(rateLimitsFor(t({ to: "42" }))).toEqual([{ key: "chat:42", count: 1, intervalMs: 1000 }, { key: "global", count: 30, intervalMs: 1000 }]);
     expect(rateLimitsFor(t())).toEqual([{ key: "chat:-100888", count: 20, intervalMs: 60000 }, { key: "global", count: 30, intervalMs: 1000 }]);
     expect(rateLimitsFor(t({ to: "@news" }))[0]).toEqual({ key: "chat:@news", count: 20, intervalMs: 60000 });
+  });
+  it("D2 a chat id tells the send policy its chat type: negative ids and @names are groups, a user's id a private chat", () => {
+    expect(["-100888", "-42", "@news", "42", "", "abc"].map(chatTypeOfTarget)).toEqual(["group", "group", "group", "direct", undefined, undefined]);
+  });
+  it("D2 O2 a send without a topic and one to General are each other's spelling (both land in General); other topics have none", () => {
+    expect(sameChatTargets(t())).toEqual([{ ...t(), threadId: "1" }]);
+    expect(sameChatTargets(t({ threadId: "1" }))).toEqual([t()]);
+    expect(sameChatTargets(t({ threadId: "77" }))).toEqual([]);
   });
   it("L3 forum topics share their group's limit: Telegram counts per chat, not per topic", () => {
     expect(rateLimitsFor(t({ threadId: "77" }))).toEqual(rateLimitsFor(t()));

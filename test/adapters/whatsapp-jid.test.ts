@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { e164FromJid, jidForTarget, jidKind, normalizeJid, resolveIdentity, sameUser } from "../../adapters/whatsapp/jid.js";
+import { chatTypeOfJid, e164FromJid, jidForTarget, jidKind, normalizeJid, resolveIdentity, sameUser } from "../../adapters/whatsapp/jid.js";
 
 describe("whatsapp jid helpers", () => {
   it.each([
@@ -68,5 +68,9 @@ describe("whatsapp jid helpers", () => {
     ["@g.us", undefined],
   ])("jidForTarget(%j) = %j", (to, jid) => {
     expect(jidForTarget(to)).toBe(jid);
+  });
+
+  it("D2 an outbound to tells the send policy its chat type: a group JID is a group; a phone JID, LID or E.164 a person", () => {
+    expect(["120363021234567890@g.us", "15551234567@s.whatsapp.net", "+15551234567", "123456789012345@lid", "status@broadcast", "hello"].map(chatTypeOfJid)).toEqual(["group", "direct", "direct", "direct", undefined, undefined]);
   });
 });

@@ -118,6 +118,26 @@ describe("outbox — the one outbound gate", () => {
     expect(adapter.textsTo("-100")).toEqual(["⚙️ Send policy set to off."]);
   });
 
+  it("R30 D2 R28 an owner's /send off while a long reply is going out stops the rest of it (the chunk on the wire excepted)", async () => {
+    const { outbox, adapter, sessions, transcripts } = await setup();
+    const entry = await sessions.upsert(KEY, "main", { chatType: "group", channel: "telegram", deliveryContext: { channel: "telegram", to: "-100", accountId: "default" } });
+    // The owner's /send off lands while the first chunk is with the platform.
+    adapter.beforeResolve = async () => {
+      if (adapter.sent.length === 0) await sessions.upsert(KEY, "main", { sendPolicy: "deny" });
+    };
+    const text = Array.from({ length: 6 }, (_, i) => `line ${i} ${"w".repeat(30)}`).join("\n");
+    const { done } = await outbox.enqueue({ id: "flood", sessionKey: KEY, target, text, kind: "reply" });
+    expect(await done).toMatchObject({ status: "suppressed", reason: "session override" });
+    expect(adapter.sent).toHaveLength(1);
+    await transcripts.flush();
+    const lines = await transcripts.readLines(sessions.transcriptPath(entry));
+    expect(lines.find((l) => l.type === "delivery")).toMatchObject({ status: "suppressed", outboxId: "flood", reason: expect.stringMatching(/^send policy deny \(session override\) after 1 of [3-6] chunks$/) });
+    // The owner's own answer still goes, right behind the one chunk.
+    const answer = await outbox.enqueue({ id: "c-flood", sessionKey: KEY, target, text: "⚙️ Send policy set to off.", kind: "command", ownerCommandAnswer: true });
+    expect((await answer.done).status).toBe("sent");
+    expect(adapter.textsTo("-100")).toEqual([adapter.sent[0].text, "⚙️ Send policy set to off."]);
+  });
+
   it("chunks to the channel limit and delivers the chunks in order", async () => {
     const { outbox, adapter } = await setup();
     const text = Array.from({ length: 12 }, (_, i) => `line ${i} ${"w".repeat(10)}`).join("\n");

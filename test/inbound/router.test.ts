@@ -1,7 +1,7 @@
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { InboundMessage } from "../../src/channels/types.js";
+import { PlatformError, type InboundMessage } from "../../src/channels/types.js";
 import { GIVEN_UP_NOTICE, MAX_RESUMES } from "../../src/inbound/router.js";
 import { echoLastUser, FakeModelServer } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
@@ -36,6 +36,19 @@ const inboundId = (msg: InboundMessage) => `${msg.channel}:${msg.accountId}:${ms
 const DAY_MS = 24 * 3600_000;
 
 describe("inbound router", () => {
+  it("R30 a reply to its own chat is judged by its session's policy alone: a stale session of an earlier dmScope at that chat, left denied, does not silence the shared main", async () => {
+    const { h, telegram } = await boot();
+    // Left over from a per-peer dmScope: it lived at 1001's chat and was silenced there.
+    await h.app.sessions.upsert("agent:main:direct:1001", "main", { sendPolicy: "deny", deliveryContext: { channel: "telegram", to: "1001", accountId: "default" } });
+    // 1001's reply fails once (a dropped connection), so it is judged again at its retry, after
+    // another peer has spoken and main's recorded route has moved on to 1002.
+    telegram.failures.push(new PlatformError("telegram", "transport", "socket hang up"));
+    await h.app.router.accept(inbound({ text: "from 1001", peerId: "1001", to: "1001" }));
+    await vi.waitFor(() => expect(telegram.failures).toHaveLength(0));
+    await h.app.router.accept(inbound({ text: "from 1002", peerId: "1002", to: "1002" }));
+    await vi.waitFor(() => expect([...telegram.textsTo("1001"), ...telegram.textsTo("1002")].sort()).toEqual(["echo: from 1001", "echo: from 1002"]));
+  });
+
   it("D1 R1 a direct message runs the agent on agent:main:main and the reply goes back through the outbox", async () => {
     const { h, telegram } = await boot();
     await h.app.router.accept(inbound({ text: "ping", peerId: "1001", to: "1001" }));
@@ -57,6 +70,44 @@ describe("inbound router", () => {
     await h.app.router.accept(inbound({ text: "slow again", peerId: "1001", to: "1001" }));
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toHaveLength(3), { timeout: 5000 });
     expect(telegram.typingCalls.map((t) => t.to)).toEqual(["1001"]);
+  });
+
+  it("D2 R28 a run still going when the owner says /send off stops showing typing in the chat it silenced", async () => {
+    const { h, telegram } = await boot();
+    const asked = inbound({ text: "think hard", peerId: OWNER, senderId: OWNER, to: OWNER });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    h.model.setResponder(async () => {
+      await held;
+      return { content: "late answer" };
+    });
+    // The indicator repeats on an interval while the run lasts: that interval is driven by hand, and
+    // the clock moved past the per-chat gap, so each tick is one the chat would see.
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] });
+    const realNow = Date.now.bind(Date);
+    let shift = 0;
+    const clock = vi.spyOn(Date, "now").mockImplementation(() => realNow() + shift);
+    try {
+      await h.app.router.accept(asked);
+      await vi.waitFor(() => expect(telegram.typingCalls).toHaveLength(1), { timeout: 5000 });
+      shift += 10_000;
+      vi.advanceTimersByTime(6000);
+      // The control: while the chat is allowed, the run's indicator repeats.
+      expect(telegram.typingCalls).toHaveLength(2);
+      await h.app.router.accept(inbound({ text: "/send off", peerId: OWNER, senderId: OWNER, to: OWNER }));
+      await vi.waitFor(() => expect(telegram.textsTo(OWNER)).toEqual(["⚙️ Send policy set to off."]));
+      shift += 10_000;
+      vi.advanceTimersByTime(6000);
+      expect(telegram.typingCalls).toHaveLength(2);
+    } finally {
+      clock.mockRestore();
+      vi.useRealTimers();
+      release();
+    }
+    // The run's answer itself is suppressed, as ever.
+    await vi.waitFor(() => expect(h.app.outbox.get(`reply:${inboundId(asked)}`)).toMatchObject({ state: "suppressed" }));
+    expect(telegram.textsTo(OWNER)).toEqual(["⚙️ Send policy set to off."]);
+    expect(telegram.typingCalls).toHaveLength(2);
   });
 
   it("R2 a mentioned group message lands in agent:main:telegram:group:<id> with the channel recorded", async () => {
