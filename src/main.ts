@@ -34,8 +34,8 @@ const program = new Command().name("switchboard").description("Connects chat pla
 program
   .command("start")
   .description("run the daemon")
-  .option("-c, --config <file>", "config file (JSON5)")
-  .option("-s, --state-dir <dir>", "state directory (overrides config stateDir)")
+  .option("-c, --config <file>", "config file (JSON5; or SWITCHBOARD_CONFIG; default config/default.json5)")
+  .option("-s, --state-dir <dir>", "state directory (overrides stateDir and SWITCHBOARD_STATE_DIR)")
   .action(async (opts: { config?: string; stateDir?: string }) => {
     const file = configPath(opts.config);
     if (opts.stateDir) process.env.SWITCHBOARD_STATE_DIR = opts.stateDir;
@@ -74,7 +74,7 @@ const configCmd = program.command("config").description("configuration");
 configCmd
   .command("check")
   .description("validate a config file and print every error with its path")
-  .option("-c, --config <file>", "config file (JSON5)")
+  .option("-c, --config <file>", "config file (JSON5; or SWITCHBOARD_CONFIG; default config/default.json5)")
   .action((opts: { config?: string }) => {
     const file = configPath(opts.config);
     try {
@@ -131,7 +131,7 @@ function inboundTrouble(counts: { retrying: number; failed: number; givenUp?: nu
   return parts.length ? ` (${parts.join(", ")})` : "";
 }
 
-const clientOptions = (cmd: Command) => cmd.option("--url <url>", "gateway URL (ws://127.0.0.1:18789/)").option("--token <token>", "gateway token (or SWITCHBOARD_GATEWAY_TOKEN)").option("--json", "print JSON");
+const clientOptions = (cmd: Command) => cmd.option("--url <url>", "gateway URL (or SWITCHBOARD_URL; default ws://127.0.0.1:18789/)").option("--token <token>", "gateway token (or SWITCHBOARD_GATEWAY_TOKEN)").option("--json", "print JSON");
 
 const sessions = program.command("sessions").description("inspect and steer sessions through the gateway");
 clientOptions(sessions.command("list").description("list sessions, newest first").option("--limit <n>", "rows", "50").option("--kinds <kinds>", "comma-separated kinds")).action(

@@ -13,6 +13,7 @@ import { redact, toPlatformError } from "./errors.js";
 import { handleCommandInteraction } from "./interactions.js";
 import { mapMessage } from "./map-message.js";
 import { within } from "../../src/util/within.js";
+import { limitAtRate } from "../../src/delivery/rate-limiter.js";
 
 /**
  * @discordjs/rest waits out 429s itself and retries, so a rate limit never loses a reply. Waits
@@ -32,10 +33,19 @@ export function discordNonce(key: string): string {
   return createHash("sha256").update(key).digest("base64url").slice(0, 25);
 }
 
-export function discordRateLimits(to: string): RateLimit[] {
+/**
+ * Discord's own limits (5 messages per 5 s per channel, 50 requests per second per bot), plus any
+ * the operator set in `channels.discord.rateLimit`: those can only tighten the pacing, since
+ * going past Discord's limits earns 429s.
+ */
+export function discordRateLimits(to: string, configured: DiscordConfig["rateLimit"] = {}): RateLimit[] {
+  const chat = `chat:${to}`;
   return [
-    { key: `chat:${to}`, count: 5, intervalMs: 5000 },
+    { key: chat, count: 5, intervalMs: 5000 },
     { key: "global", count: 50, intervalMs: 1000 },
+    ...(configured.perChatPerSecond ? [limitAtRate(`${chat}:second`, configured.perChatPerSecond, 1000)] : []),
+    ...(configured.perChatPerMinute ? [limitAtRate(`${chat}:minute`, configured.perChatPerMinute, 60_000)] : []),
+    ...(configured.globalPerSecond ? [limitAtRate("global:configured", configured.globalPerSecond, 1000)] : []),
   ];
 }
 
@@ -270,6 +280,6 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext,
 
     health: () => ({ ...health }),
 
-    rateLimitsFor: (target) => discordRateLimits(target.threadId ?? target.to),
+    rateLimitsFor: (target) => discordRateLimits(target.threadId ?? target.to, config.rateLimit),
   };
 }

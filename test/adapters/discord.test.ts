@@ -401,6 +401,26 @@ describe("discord adapter: send", () => {
     expect(h.adapter.rateLimitsFor!(target(h.fake.ids.general, { threadId: h.fake.ids.thread }))[0]).toEqual({ key: `chat:${h.fake.ids.thread}`, count: 5, intervalMs: 5000 });
   });
 
+  it("channels.discord.rateLimit tightens the pacing beside Discord's own limits (the schema accepts it, so it must act)", async () => {
+    const fake = await startFake();
+    const { adapter } = makeAdapter(fake, { config: { rateLimit: { perChatPerSecond: 0.5, perChatPerMinute: 10, globalPerSecond: 5 } } });
+    const limits = adapter.rateLimitsFor!(target(fake.ids.general, { threadId: fake.ids.thread }));
+    const chat = `chat:${fake.ids.thread}`;
+    expect(limits).toEqual(
+      expect.arrayContaining([
+        { key: chat, count: 5, intervalMs: 5000 },
+        { key: "global", count: 50, intervalMs: 1000 },
+        { key: `${chat}:second`, count: 1, intervalMs: 2000 },
+        { key: `${chat}:minute`, count: 10, intervalMs: 60_000 },
+        { key: "global:configured", count: 5, intervalMs: 1000 },
+      ]),
+    );
+    expect(limits).toHaveLength(5);
+    // Without the option, Discord's own limits alone.
+    const plain = makeAdapter(fake).adapter.rateLimitsFor!(target(fake.ids.general));
+    expect(plain).toEqual([{ key: `chat:${fake.ids.general}`, count: 5, intervalMs: 5000 }, { key: "global", count: 50, intervalMs: 1000 }]);
+  });
+
   it("typing for a thread target shows in the thread, not in the parent channel in `to`", async () => {
     const h = await started();
     await h.adapter.typing!(target(h.fake.ids.general, { threadId: h.fake.ids.thread }));
