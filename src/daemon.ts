@@ -72,7 +72,8 @@ export class Daemon {
     await this.app.router.start();
     const { port, host } = await this.gateway.listen();
     this.log.info({ url: `http://${host.includes(":") ? `[${host}]` : host}:${port}/`, store: this.app.kv.description, model: this.app.models.defaultRef(this.app.defaultAgentId) ?? "none" }, "switchboard listening");
-    if (!this.app.models.configured) this.log.warn("no model configured — chats get a notice; see README \"Connect a model\"");
+    const missing = this.app.models.missingModel(this.app.defaultAgentId);
+    if (missing !== undefined) this.log.warn(`no model configured${missing ? ` (${missing})` : ""} — chats get a notice; see README "Connect a model"`);
     // A platform that is down or slow must not keep the daemon (or the other channels) waiting.
     await Promise.all(
       adapters.map(({ adapter, log }) =>

@@ -8,7 +8,7 @@ import { Command } from "commander";
 import { ConfigError, describeUnset, loadConfigFile, unsetReferences } from "./config/load.js";
 import type { Config } from "./config/schema.js";
 import { createLogger, secretsOf } from "./log.js";
-import { GatewayClient } from "./gateway/client.js";
+import { GatewayCallError, GatewayClient } from "./gateway/client.js";
 import { VERSION } from "./version.js";
 
 const DEFAULT_CONFIG = fileURLToPath(new URL("../config/default.json5", import.meta.url));
@@ -64,11 +64,21 @@ program
     try {
       await daemon.start();
     } catch (err) {
-      log.fatal({ err: (err as Error).message }, "daemon failed to start");
+      log.fatal({ err: describeStartError(err, config) }, "daemon failed to start");
       log.flush();
       process.exit(1);
     }
   });
+
+/** The start-up failure in one line, saying what to do where a new user can act on it. */
+function describeStartError(err: unknown, config: Config): string {
+  const { code } = err as NodeJS.ErrnoException;
+  const where = `${config.gateway.bind}:${config.gateway.port}`;
+  if (code === "EADDRINUSE") return `${where} is already in use — is another switchboard already running? Stop it, or choose another port with gateway.port in your config (--config)`;
+  if (code === "EACCES") return `not allowed to listen on ${where} — ports below 1024 need privileges: choose another port with gateway.port in your config (--config)`;
+  if (code === "EADDRNOTAVAIL") return `cannot listen on ${where}: no network interface has that address — fix gateway.bind in your config`;
+  return (err as Error).message;
+}
 
 const configCmd = program.command("config").description("configuration");
 configCmd
@@ -94,8 +104,22 @@ interface ClientOpts {
   json?: boolean;
 }
 
+function gatewayUrl(opts: ClientOpts): string {
+  return opts.url ?? process.env.SWITCHBOARD_URL ?? "ws://127.0.0.1:18789/";
+}
+
 function withClient(opts: ClientOpts) {
-  return new GatewayClient({ url: opts.url ?? process.env.SWITCHBOARD_URL ?? "ws://127.0.0.1:18789/", token: opts.token ?? process.env.SWITCHBOARD_GATEWAY_TOKEN });
+  return new GatewayClient({ url: gatewayUrl(opts), token: opts.token ?? process.env.SWITCHBOARD_GATEWAY_TOKEN });
+}
+
+/** One line saying what went wrong and, where the operator can act on it, what to do. */
+function describeCallError(err: unknown, url: string): string {
+  const message = (err as Error).message;
+  if ((err as NodeJS.ErrnoException).code === "ECONNREFUSED") {
+    return `cannot reach the daemon at ${url} (connection refused): is it running? Start it with \`npx switchboard start\` (or \`npm start\`); if it listens elsewhere (gateway.port), pass --url or set SWITCHBOARD_URL`;
+  }
+  if (err instanceof GatewayCallError && err.code === "UNAUTHORIZED") return `${message}: pass the daemon's gateway token with --token or SWITCHBOARD_GATEWAY_TOKEN`;
+  return message;
 }
 
 async function call(opts: ClientOpts, method: string, params: unknown, render: (payload: any) => string): Promise<void> {
@@ -105,7 +129,7 @@ async function call(opts: ClientOpts, method: string, params: unknown, render: (
     const payload = await client.request(method, params, { expectFinal: true });
     process.stdout.write(opts.json ? `${JSON.stringify(payload, null, 2)}\n` : `${render(payload)}\n`);
   } catch (err) {
-    process.stderr.write(`error: ${(err as Error).message}\n`);
+    process.stderr.write(`error: ${describeCallError(err, gatewayUrl(opts))}\n`);
     process.exitCode = 1;
   } finally {
     client.close();

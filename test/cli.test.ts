@@ -1,4 +1,5 @@
 import { execFile } from "node:child_process";
+import net from "node:net";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it, vi } from "vitest";
@@ -81,6 +82,28 @@ describe("CLI gateway clients", () => {
     h = await startHarness({ config: { gateway: { auth: { token: "cli-token-123456" } } } });
     const status = await run("node", [BIN, "status", "--url", h.url], { env: { ...process.env, SWITCHBOARD_GATEWAY_TOKEN: "cli-token-123456" } });
     expect(status.stdout).toMatch(/^switchboard /);
+  });
+
+  it("with no daemon listening, client commands exit 1 with one line saying so and what to do", async () => {
+    // A port that was free a moment ago and has nothing listening now.
+    const server = net.createServer();
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as net.AddressInfo;
+    await new Promise((resolve) => server.close(resolve));
+    const url = `ws://127.0.0.1:${port}/`;
+    for (const args of [["status"], ["sessions", "list"]]) {
+      const failed = await run("node", [BIN, ...args, "--url", url]).catch((e) => e);
+      expect(failed.code).toBe(1);
+      expect(failed.stderr).toBe(`error: cannot reach the daemon at ${url} (connection refused): is it running? Start it with \`npx switchboard start\` (or \`npm start\`); if it listens elsewhere (gateway.port), pass --url or set SWITCHBOARD_URL\n`);
+    }
+  });
+
+  it("a daemon with a gateway token, asked without one, says how to pass it", async () => {
+    h = await startHarness({ config: { gateway: { auth: { token: "cli-token-123456" } } } });
+    const { SWITCHBOARD_GATEWAY_TOKEN: _unset, ...env } = process.env;
+    const refused = await run("node", [BIN, "status", "--url", h.url], { env }).catch((e) => e);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toBe("error: gateway token required (auth.token): pass the daemon's gateway token with --token or SWITCHBOARD_GATEWAY_TOKEN\n");
   });
 
   it("R27 sessions patch --send-policy inherit clears the session's override", async () => {

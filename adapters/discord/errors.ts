@@ -41,6 +41,11 @@ function classifyApiError(status: number, code: number | string): PlatformErrorC
  */
 const FATAL_GATEWAY_ERRORS = new Set(["Invalid shard", "Sharding is required", "Used an invalid API version", "Used invalid intents"]);
 
+/** What the operator does about a refused login, appended to the error they see (log and `switchboard status`). */
+const TOKEN_REFUSED_HINT = " — Discord refused the bot token: copy it from the Developer Portal (your application → Bot → Reset Token) into channels.discord.token, then restart";
+/** Gateway close 4014: the bot asks for Message Content, a privileged intent the application has not enabled. */
+const INTENT_HINT = " — enable Message Content Intent in the Developer Portal (your application → Bot → Privileged Gateway Intents), then restart";
+
 function gatewayCode(err: Error): PlatformErrorCode | null {
   if (err instanceof DiscordjsError && err.code === DiscordjsErrorCodes.TokenInvalid) return "auth";
   // @discordjs/ws reports fatal close codes as plain Errors: 4004 and 4014.
@@ -79,7 +84,8 @@ export function toPlatformError(err: unknown, token?: string): PlatformError {
     const detail = timedOut ? "request timed out (outcome unknown)" : err.message;
     // No answer in time: the message may have been created. The outbox repeats it under its nonce,
     // but only while Discord still dedupes that (IDEMPOTENCY_WINDOW_MS).
-    return new PlatformError("discord", code, clean(cause?.code ? `${detail} (${cause.code})` : detail), { cause: err, outcomeUnknown: timedOut });
+    const hint = code === "auth" ? TOKEN_REFUSED_HINT : err.message === "Used disallowed intents" ? INTENT_HINT : "";
+    return new PlatformError("discord", code, clean(cause?.code ? `${detail} (${cause.code})` : detail) + hint, { cause: err, outcomeUnknown: timedOut });
   }
   return new PlatformError("discord", "transport", clean(String(err)), { cause: err });
 }

@@ -117,7 +117,8 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext,
     c.on(Events.ShardError, (err) => {
       if (!live()) return;
       health.connected = false;
-      noteError(err, "gateway error");
+      // Mapped, so that a close it will not recover from (4014) says what the operator must do.
+      noteError(toPlatformError(err, config.token), "gateway error");
     });
     c.on(Events.Invalidated, setConnected(false));
     c.on(Events.Error, (err) => noteError(err, "client error"));

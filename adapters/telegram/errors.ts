@@ -56,6 +56,26 @@ export function describeError(err: unknown, token: string): string {
   return redactToken(String(err), token);
 }
 
+/**
+ * A bot token's shape as @BotFather gives it: `<bot id>:<secret>`. Checked before any call, because
+ * Telegram answers a malformed token with a 404 that reads like an unreachable API.
+ */
+export const BOT_TOKEN_SHAPE = /^\d+:[A-Za-z0-9_-]+$/;
+
+/**
+ * What the operator should do about a refused call, appended to the error they see (log and
+ * `switchboard status`), or "". Never quotes the token.
+ */
+export function operatorHint(err: unknown): string {
+  const api = apiFailureOf(err);
+  if (!api) return "";
+  if (api.error_code === 401) return " — Telegram refused the bot token: copy it again from @BotFather (/mybots → API Token) into channels.telegram.botToken, then restart";
+  if (api.error_code === 404) return " — Telegram does not know this bot token (or channels.telegram.apiRoot is not the Bot API): copy the token again from @BotFather, then restart";
+  if (api.error_code === 409 && /webhook/i.test(api.description)) return " — a webhook was set for this bot token, by another deployment: stop it (it keeps setting it), then restart this daemon";
+  if (api.error_code === 409) return " — another program is reading this bot's updates (a second switchboard, or the same bot running elsewhere): stop it, or give each its own bot from @BotFather";
+  return "";
+}
+
 export function classify(err: unknown): { code: PlatformErrorCode; retryAfterMs?: number } {
   const api = apiFailureOf(err);
   if (!api) return { code: "transport" };
@@ -80,7 +100,7 @@ export function classify(err: unknown): { code: PlatformErrorCode; retryAfterMs?
 export function toPlatformError(err: unknown, method: string, token: string): PlatformError {
   if (err instanceof PlatformError) return err;
   const { code, retryAfterMs } = classify(err);
-  let message = `${method} failed: ${describeError(err, token)}`;
+  let message = `${method} failed: ${describeError(err, token)}${operatorHint(err)}`;
   const migrated = apiFailureOf(err)?.parameters?.migrate_to_chat_id;
   if (migrated !== undefined) message += ` (chat migrated to ${migrated})`;
   // No answer to a request Telegram had in full: it may have been carried out.

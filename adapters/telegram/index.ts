@@ -16,7 +16,7 @@ import type { TelegramConfig } from "../../src/config/schema.js";
 import { type BackoffOptions, DEFAULT_BACKOFF } from "./backoff.js";
 import { createBotApi } from "./bot-api.js";
 import { DEFAULT_COMMANDS, type MenuCommand, syncCommands } from "./commands.js";
-import { apiFailureOf, describeError, toPlatformError } from "./errors.js";
+import { apiFailureOf, BOT_TOKEN_SHAPE, describeError, operatorHint, toPlatformError } from "./errors.js";
 import { type BotIdentity, mapUpdate } from "./map-update.js";
 import { chatActionParams, chatTypeOfTarget, rateLimitsFor, sameChatTargets, sendMessageParams } from "./outbound.js";
 import { Poller, type PollPhase } from "./poller.js";
@@ -81,7 +81,7 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
   }
 
   function recordError(err: unknown, what: string): string {
-    const text = `${what}: ${describeError(err, token)}`;
+    const text = `${what}: ${describeError(err, token)}${operatorHint(err)}`;
     health.lastError = text;
     return text;
   }
@@ -112,7 +112,15 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
     }
     if (overtaken()) return;
     booted = true;
-    log.info({ bot: identity.username }, "telegram connected");
+    const privacyMode = me.can_read_all_group_messages !== true;
+    log.info({ bot: identity.username, privacyMode }, "telegram connected");
+    const answersAll = [config.requireMention, ...Object.values(config.groups).map((g) => g.requireMention)].includes(false);
+    if (privacyMode && answersAll) {
+      log.warn(
+        { bot: identity.username },
+        "telegram privacy mode is on for this bot: in groups Telegram only delivers commands, mentions and replies to it, so requireMention: false has no effect there (unless the bot is a group admin). To let it read every message: @BotFather → /setprivacy → Disable, then remove and re-add the bot to each group",
+      );
+    }
   }
 
   async function handle(update: TgUpdate): Promise<void> {
@@ -137,9 +145,7 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
       dropIdleSockets(agent);
     }
     const text = recordError(err, phase === "handle" ? "onInbound" : phase);
-    const code = apiFailureOf(err)?.error_code;
-    const hint = code === 409 ? " (another poller or a webhook is using this bot token)" : "";
-    log.warn({ err: text + hint, phase, retryInMs }, "telegram polling error");
+    log.warn({ err: text, phase, retryInMs }, "telegram polling error");
   }
 
   return {
@@ -151,7 +157,13 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
 
     async start(): Promise<void> {
       if (poller) return;
-      if (!token) throw new PlatformError("telegram", "auth", "channels.telegram.botToken is empty");
+      // Said in health too: `switchboard status` shows it, not a bare "disconnected".
+      const refuse = (problem: string): never => {
+        health.lastError = problem;
+        throw new PlatformError("telegram", "auth", problem);
+      };
+      if (!token) refuse("channels.telegram.botToken is empty: set it to the token @BotFather gave you (or set the environment variable it names)");
+      if (!BOT_TOKEN_SHAPE.test(token)) refuse("channels.telegram.botToken is not a bot token: expected <bot id>:<secret> (like 123456789:AAE…), exactly as @BotFather gives it");
       const p = new Poller({
         prepare: () => (booted ? Promise.resolve() : boot()),
         getUpdates: (params, signal) => botApi<TgUpdate[]>("getUpdates", params, { agent, signal }),
@@ -175,7 +187,9 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
       } catch (err) {
         // Stopped meanwhile: nothing to report or retry.
         if (poller !== p) return;
-        if (apiFailureOf(err)?.error_code === 401) {
+        // 404: a token Telegram cannot even parse, or an apiRoot that is not the Bot API.
+        const code = apiFailureOf(err)?.error_code;
+        if (code === 401 || code === 404) {
           poller = undefined;
           recordError(err, "getMe");
           throw toPlatformError(err, "getMe", token);

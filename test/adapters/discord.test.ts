@@ -183,6 +183,15 @@ describe("discord adapter: login and slash command registration", () => {
     expect((err as PlatformError).message).not.toContain("wrong-secret-token");
   });
 
+  it("a rejected token says what to do, in lastError and in start()'s error: copy the token again from the Developer Portal", async () => {
+    const fake = await startFake();
+    const h = makeAdapter(fake, { config: { token: "wrong-secret-token" } });
+    const err = await h.adapter.start().then(() => null, (e: unknown) => e);
+    const hint = "Discord refused the bot token: copy it from the Developer Portal (your application → Bot → Reset Token) into channels.discord.token, then restart";
+    expect((err as PlatformError).message).toBe(`discord: An invalid token was provided. — ${hint}`);
+    expect(h.adapter.health().lastError).toBe(`login failed: discord: An invalid token was provided. — ${hint}`);
+  });
+
   it("Discord's API unreachable at start (5xx, network) is retried in the background: start() resolves once logged in, and messages arrive", async () => {
     const fake = await startFake();
     // @discordjs/rest tries a 5xx four times itself, then login() fails: two failed logins in a row.
@@ -226,6 +235,14 @@ describe("discord adapter: login and slash command registration", () => {
     const h = makeAdapter(fake);
     await expect(h.adapter.start()).rejects.toMatchObject({ name: "PlatformError", code: "forbidden" });
     expect(h.adapter.health().connected).toBe(false);
+  });
+
+  it("Message Content not enabled (4014) says where to enable it, in lastError and in start()'s error", async () => {
+    const fake = await startFake({ approvedIntents: 0 });
+    const h = makeAdapter(fake);
+    const hint = "enable Message Content Intent in the Developer Portal (your application → Bot → Privileged Gateway Intents), then restart";
+    await expect(h.adapter.start()).rejects.toMatchObject({ message: `discord: Used disallowed intents — ${hint}` });
+    expect(h.adapter.health().lastError).toBe(`login failed: discord: Used disallowed intents — ${hint}`);
   });
 });
 
@@ -615,6 +632,7 @@ describe("discord adapter: gateway loss", () => {
     expect(warnings.find((w) => w.msg === "discord: disconnected")?.err).toBe("gateway closed with 4014, not reconnecting");
     expect(adapter.health().connected).toBe(false);
     expect(adapter.health().lastError).toMatch(/disallowed intents|4014/);
+    expect(adapter.health().lastError).toMatch(/enable Message Content Intent in the Developer Portal/);
   });
 });
 

@@ -108,8 +108,60 @@ describe("telegram adapter: boot", () => {
     expect(err).toBeInstanceOf(PlatformError);
     expect((err as PlatformError).code).toBe("auth");
     expect(String((err as Error).message)).not.toContain("not-the-right-one");
-    expect(h.adapter.health().lastError).toBe("getMe: 401: Unauthorized");
+    expect(h.adapter.health().lastError).toBe("getMe: 401: Unauthorized — Telegram refused the bot token: copy it again from @BotFather (/mybots → API Token) into channels.telegram.botToken, then restart");
     expect(api.callsTo("getUpdates")).toHaveLength(0);
+  });
+
+  it("B9 a token not shaped like <bot id>:<secret> fails start() before any call, and health says what is wrong (no token in it)", async () => {
+    const api = await newApi();
+    // A space or quote pasted along, the "bot" of the URL path, a link instead of the token.
+    for (const botToken of ["123456789:AAF-fake token", "bot123456789:AAF-fake-token_for-tests", "https://t.me/SwitchboardTestBot"]) {
+      const h = await boot({ api, config: { botToken }, start: false });
+      const err = await h.adapter.start().catch((e: unknown) => e);
+      expect(err).toMatchObject({ name: "PlatformError", code: "auth" });
+      expect(h.adapter.health().lastError).toBe("channels.telegram.botToken is not a bot token: expected <bot id>:<secret> (like 123456789:AAE…), exactly as @BotFather gives it");
+      expect(String((err as Error).message)).not.toContain(botToken);
+    }
+    expect(api.calls).toHaveLength(0);
+  });
+
+  it("B10 an empty token is said in health, so `switchboard status` shows why Telegram is disconnected", async () => {
+    const h = await boot({ config: { botToken: "" }, start: false });
+    await expect(h.adapter.start()).rejects.toMatchObject({ code: "auth" });
+    expect(h.adapter.health()).toMatchObject({ connected: false, lastError: expect.stringMatching(/^channels\.telegram\.botToken is empty: set it to the token @BotFather gave you/) });
+  });
+
+  it("B11 a 404 to getMe (a token Telegram cannot parse, or an apiRoot that is not the Bot API) fails start() instead of retrying as if unreachable", async () => {
+    const api = await newApi();
+    // The fake answers 404 outside /bot<token>/<method>, as the Bot API does for a malformed token.
+    const h = await boot({ api, config: { apiRoot: `${api.apiRoot}not-the-bot-api/` }, start: false });
+    const err = await h.adapter.start().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(PlatformError);
+    expect(String((err as Error).message)).toMatch(/getMe failed: 404: Not Found — Telegram does not know this bot token \(or channels\.telegram\.apiRoot is not the Bot API\)/);
+    expect(h.adapter.health().lastError).toMatch(/^getMe: 404: Not Found — Telegram does not know this bot token/);
+    expect(api.calls.map((c) => c.method)).toEqual([]);
+    expect(api.callsTo("getUpdates")).toHaveLength(0);
+  });
+
+  it("B12 privacy mode on while requireMention is false (globally or for a group) is warned about at connect: Telegram withholds unmentioned group messages", async () => {
+    const connectLogs = async (config: Partial<TelegramConfig>, canReadAll: boolean) => {
+      const api = await newApi();
+      if (canReadAll) api.override("getMe", () => ok({ ...api.bot, can_join_groups: true, can_read_all_group_messages: true, supports_inline_queries: false }));
+      const lines: Array<Record<string, unknown>> = [];
+      await boot({ api, config, log: pino({ level: "info" }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) }) });
+      return lines;
+    };
+    const warned = (lines: Array<Record<string, unknown>>) => lines.filter((l) => l.level === 40 && String(l.msg).startsWith("telegram privacy mode is on"));
+    const global = await connectLogs({ requireMention: false }, false);
+    expect(warned(global)).toHaveLength(1);
+    expect(warned(global)[0].msg).toContain("@BotFather → /setprivacy → Disable, then remove and re-add the bot to each group");
+    expect(global.find((l) => l.msg === "telegram connected")).toMatchObject({ bot: "SwitchboardTestBot", privacyMode: true });
+    expect(warned(await connectLogs({ groups: { "-100123": { requireMention: false } } }, false))).toHaveLength(1);
+    // Mentions only (the default): privacy mode delivers exactly those. Privacy off: everything arrives.
+    expect(warned(await connectLogs({}, false))).toHaveLength(0);
+    const readsAll = await connectLogs({ requireMention: false }, true);
+    expect(warned(readsAll)).toHaveLength(0);
+    expect(readsAll.find((l) => l.msg === "telegram connected")).toMatchObject({ privacyMode: false });
   });
 
   it("B4 an unreachable Telegram at start does not fail start(); it connects in the background", async () => {
@@ -403,6 +455,17 @@ describe("telegram adapter: polling errors", () => {
     await waitFor(() => h1.inbound.length === 1);
     expect(h1.adapter.health().connected).toBe(true);
     expect(h1.adapter.health().lastError).toMatch(/^poll: 409: Conflict/);
+  });
+
+  it("R1b a 409 says in health and the log what to do: another program reads this bot's updates", async () => {
+    const api = await newApi();
+    const lines: Array<Record<string, unknown>> = [];
+    const h1 = await boot({ api, log: pino({ level: "warn" }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) }) });
+    await boot({ api, kv: new MemoryKv() });
+    const hint = "another program is reading this bot's updates (a second switchboard, or the same bot running elsewhere): stop it, or give each its own bot from @BotFather";
+    await waitFor(() => h1.adapter.health().lastError?.includes("409"), 5000, "h1 saw a 409");
+    expect(h1.adapter.health().lastError).toBe(`poll: 409: ${errors.conflict.description} — ${hint}`);
+    expect(lines.find((l) => l.msg === "telegram polling error")?.err).toBe(`poll: 409: ${errors.conflict.description} — ${hint}`);
   });
 
   it("R2 a 429 on getUpdates waits retry_after seconds before polling again", async () => {

@@ -2,9 +2,13 @@
  * The daemon's start and stop in-process: a channel that cannot be created or started is left
  * out while the rest runs, and a stop finishes the work in flight before it closes the store.
  */
-import { readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { loadConfigFile } from "../../src/config/load.js";
+import { createFullDaemon } from "../../src/full-daemon.js";
 import { echoLastUser, FakeModelServer } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
@@ -107,5 +111,31 @@ describe("several agents at start-up", () => {
     const warnings = lines.filter((l) => l.level === 40);
     expect(warnings).toContainEqual(expect.objectContaining({ binding: 0, agentId: "ops", msg: expect.stringContaining('not in agents.list: its chats go to the default agent "main"') }));
     expect(warnings).toContainEqual(expect.objectContaining({ sessions: { ops: 1 }, msg: expect.stringContaining("not in agents.list") }));
+  });
+});
+
+describe("daemon start: the model", () => {
+  /** The start-up warnings of a daemon on the embedded defaults with `env` as its environment. */
+  async function startWarnings(env: NodeJS.ProcessEnv): Promise<string[]> {
+    const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-model-env-"));
+    cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
+    const config = loadConfigFile("config/default.json5", { SWITCHBOARD_STATE_DIR: stateDir });
+    const lines: Array<{ level: number; msg: string }> = [];
+    const log = pino({ level: "warn" }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const daemon = createFullDaemon({ config: { ...config, gateway: { ...config.gateway, port: 0 } }, log, env });
+    await daemon.start();
+    await daemon.stop();
+    return lines.filter((l) => l.level === 40 && l.msg.startsWith("no model configured")).map((l) => l.msg);
+  }
+
+  it("half a model set-up from the environment is named in the start-up warning, not taken for no set-up at all", async () => {
+    expect(await startWarnings({})).toEqual(['no model configured — chats get a notice; see README "Connect a model"']);
+    expect(await startWarnings({ SWITCHBOARD_MODEL: "gpt-4o-mini", OPENAI_API_KEY: "sk-test" })).toEqual([
+      'no model configured (SWITCHBOARD_MODEL is set but OPENAI_BASE_URL is not: set it to the server\'s address (for OpenAI https://api.openai.com/v1)) — chats get a notice; see README "Connect a model"',
+    ]);
+    expect(await startWarnings({ OPENAI_BASE_URL: "http://127.0.0.1:9/v1" })).toEqual([
+      'no model configured (OPENAI_BASE_URL is set but SWITCHBOARD_MODEL is not: set it to one of the server\'s models) — chats get a notice; see README "Connect a model"',
+    ]);
+    expect(await startWarnings({ OPENAI_BASE_URL: "http://127.0.0.1:9/v1", SWITCHBOARD_MODEL: "llama3.1" })).toEqual([]);
   });
 });

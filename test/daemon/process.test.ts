@@ -68,6 +68,16 @@ describe("the daemon process", () => {
     expect((await second.daemon.exited).code).toBe(0);
   });
 
+  it("a second daemon on a port already in use exits 1 with one line naming the port and what to do", async () => {
+    const { config, dir } = await setup();
+    const { port } = await (await start(config)).daemon.listening;
+    const second = spawnDaemon(writeConfig(dir, { stateDir: path.join(dir, "data2"), gateway: { port } }, "second.json5"));
+    daemons.push(second);
+    expect((await second.exited).code).toBe(1);
+    const fatal = second.output().split("\n").find((l) => l.includes("daemon failed to start"));
+    expect(JSON.parse(fatal ?? "{}").err).toBe(`127.0.0.1:${port} is already in use — is another switchboard already running? Stop it, or choose another port with gateway.port in your config (--config)`);
+  });
+
   it("start --state-dir keeps the state there instead of the config's stateDir", async () => {
     const { config, dir } = await setup();
     const daemon = spawnDaemon(config, { args: ["--state-dir", path.join(dir, "elsewhere")] });

@@ -70,6 +70,20 @@ export class ModelRegistry {
     return { ref: `${providerId}/${model}`, provider, model, ...(cost ? { cost } : {}) };
   }
 
+  /**
+   * Why an agent has no model to run, in words for the start-up warning ("" for none configured
+   * at all); undefined when it has one. Half an environment set-up is the usual first mistake.
+   */
+  missingModel(agentId: string): string | undefined {
+    if (!this.configured) {
+      return this.env.SWITCHBOARD_MODEL ? "SWITCHBOARD_MODEL is set but OPENAI_BASE_URL is not: set it to the server's address (for OpenAI https://api.openai.com/v1)" : "";
+    }
+    if (this.defaultRef(agentId)) return undefined;
+    return this.providers.has("env") && Object.keys(this.config.models.providers).length === 0
+      ? "OPENAI_BASE_URL is set but SWITCHBOARD_MODEL is not: set it to one of the server's models"
+      : "no model chosen: set agents.defaults.model (or SWITCHBOARD_MODEL)";
+  }
+
   get configured(): boolean {
     return this.providers.size > 0;
   }
