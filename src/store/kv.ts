@@ -45,6 +45,13 @@ export async function openKvStore(url: string, stateDir: string, opts: { log?: p
   throw new Error(`unsupported store.url "${maskUrlPassword(url)}": use "sqlite://<file>", ${REDIS_URL_FORMS} or "memory://"`);
 }
 
+/** Every [key, value] a space's scan visits. */
+export async function entriesOf<T>(scan: KvSpace<T>["scan"]): Promise<Array<[string, T]>> {
+  const out: Array<[string, T]> = [];
+  await scan((key, value) => out.push([key, value]));
+  return out;
+}
+
 function resolveSqlitePath(url: string, stateDir: string): string {
   const file = url.slice("sqlite://".length);
   if (!file) return path.join(stateDir, "switchboard.sqlite");
@@ -140,11 +147,7 @@ async function sqliteStore(file: string): Promise<KvStore> {
           assertStorableKey(key);
           await writer.write({ kind: "delete", key: `${namespace}:${key}` });
         },
-        async entries() {
-          const out: Array<[string, T]> = [];
-          await scan((key, value) => out.push([key, value]));
-          return out;
-        },
+        entries: () => entriesOf(scan),
         scan,
       };
     },

@@ -12,7 +12,7 @@
  */
 import { createClient } from "@keyv/redis";
 import type pino from "pino";
-import type { KvSpace, KvStore } from "./kv.js";
+import { entriesOf, type KvSpace, type KvStore } from "./kv.js";
 import { assertStorableKey, parseKeyvValue, serializeKeyv } from "./keyv-codec.js";
 import { parseRedisUrl } from "./redis-url.js";
 
@@ -125,11 +125,7 @@ export async function openRedisStore(url: string, log?: pino.Logger): Promise<Kv
           assertStorableKey(key);
           await write(key, ["DEL", prefix + key]);
         },
-        async entries() {
-          const out: Array<[string, T]> = [];
-          await scan((key, value) => out.push([key, value]));
-          return out;
-        },
+        entries: () => entriesOf(scan),
         scan,
       };
     },
