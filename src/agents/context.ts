@@ -76,7 +76,7 @@ function toChatMessage(m: TranscriptMessage): ChatMessage {
  * recorded as their raw text; sent back as such a string, servers that parse the history's
  * arguments into an object (llama.cpp) refuse every later call of the session.
  */
-function argumentsJson(args: unknown): string {
+export function argumentsJson(args: unknown): string {
   return typeof args === "object" && args !== null && !Array.isArray(args) ? JSON.stringify(args) : "{}";
 }
 

@@ -16,7 +16,7 @@ import type { DeliveryContext } from "../sessions/entry.js";
 import type { SessionStore } from "../sessions/session-store.js";
 import type { InputProvenance, TranscriptMessage, TranscriptStore } from "../sessions/transcript.js";
 import type { AgentTool, ToolSource } from "../tools/types.js";
-import { buildModelMessages } from "./context.js";
+import { argumentsJson, buildModelMessages } from "./context.js";
 import { NO_MODEL_MESSAGE, type ModelRegistry } from "./models/registry.js";
 import { ModelError, type ChatMessage, type CompletionResult, type ToolDefinition } from "./models/provider.js";
 
@@ -317,7 +317,7 @@ export class AgentRuntime {
       };
       await transcripts.appendMessage(ref, assistant);
       if (!res.toolCalls.length) return { reply: res.content.trim(), model: resolved.ref };
-      messages.push({ role: "assistant", content: res.content || null, tool_calls: res.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: wireArgs(c.arguments) } })) });
+      messages.push({ role: "assistant", content: res.content || null, tool_calls: res.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: argumentsJson(parseArgs(c.arguments)) } })) });
       for (const call of res.toolCalls) {
         if (signal.aborted) throw signal.reason;
         const result = await runTool(tools, call, { sessionKey: req.sessionKey, agentId: req.agentId, runId: info.runId, origin: req.origin, signal }, log);
@@ -395,20 +395,6 @@ function toWait(info: RunInfo): WaitResult {
     ...(info.endedAt ? { endedAt: info.endedAt } : {}),
     ...(info.error ? { error: info.error } : {}),
   };
-}
-
-/**
- * A call's arguments as sent back to the model: an object's JSON, else "{}". Servers that parse
- * the history's arguments (llama.cpp) answer 500 to the model's own bad JSON or "" on every later
- * call; the call's error result already tells the model what was wrong.
- */
-function wireArgs(raw: string): string {
-  try {
-    const v: unknown = JSON.parse(raw);
-    return typeof v === "object" && v !== null && !Array.isArray(v) ? raw : "{}";
-  } catch {
-    return "{}";
-  }
 }
 
 function parseArgs(raw: string): unknown {

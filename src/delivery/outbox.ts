@@ -328,6 +328,15 @@ export class Outbox {
   }
 
   /**
+   * The verdict for a request made in a session (`chat.send`, `agent`, the text after `/new`):
+   * judged on the channel the session lives on, else `channel`, else the web chat.
+   */
+  evaluateSession(sessionKey: string, channel?: string): SendPolicyResult {
+    const entry = this.deps.sessions.get(sessionKey);
+    return this.evaluate(sessionKey, entry?.channel ?? entry?.deliveryContext?.channel ?? entry?.lastChannel ?? channel ?? "webchat");
+  }
+
+  /**
    * The verdict for one delivery. To its session's own chat: that session's (evaluate). Anywhere
    * else — a hook's or `agent`'s `channel`/`to`, a gateway `send` naming some other session or
    * none — the delivery belongs to a session of its own (the hook's, the caller's), but what it
@@ -512,14 +521,9 @@ export class Outbox {
       this.limiter.settle(ticket);
       this.deliveredAt.set(accountOf(record), this.now());
       record.messageIds.push(receipt.messageId);
-      record.next++;
       record.attempted = undefined;
       record.error = undefined;
-      // A long reply's later chunk gets its own tries and backoff, not what the chunks before it used.
-      record.attempts = 0;
-      record.interruptions = undefined;
-      record.reachedAt = undefined;
-      record.failingSince = undefined;
+      toNextChunk(record);
       // The last chunk's acknowledgement is persisted by finish() (one write, not two).
       if (record.next < chunks.length) await this.persist(record);
       return "next";
@@ -561,12 +565,7 @@ export class Outbox {
 
   /** The record's next chunk may have arrived and is not sent again: `unknown_after_send`, and on to the rest. */
   private async inDoubt(record: OutboxRecord, chunkCount: number): Promise<"next"> {
-    record.unknownChunks = [...(record.unknownChunks ?? []), record.next];
-    record.next++;
-    record.attempts = 0;
-    record.interruptions = undefined;
-    record.reachedAt = undefined;
-    record.failingSince = undefined;
+    skipInDoubt(record);
     if (record.next < chunkCount) await this.persist(record);
     return "next";
   }
@@ -608,11 +607,8 @@ export class Outbox {
       record.interruptions = interruptions;
       log.info({ chunk: index, interruptions }, neverStarted ? "send interrupted by a restart before it reached the platform; sending it" : "send interrupted by a restart; repeating it under the same idempotency key");
     } else {
-      record.unknownChunks = [...(record.unknownChunks ?? []), index];
-      record.next = index + 1;
-      record.interruptions = undefined;
-      record.reachedAt = undefined;
-      record.failingSince = undefined;
+      record.next = index;
+      skipInDoubt(record);
       log.warn({ chunk: index }, idempotent ? "send interrupted by a restart longer ago than the platform dedupes repeats; chunk not re-sent (unknown_after_send)" : "send interrupted by a restart; chunk not re-sent (unknown_after_send)");
     }
     await this.persist(record);
@@ -669,6 +665,21 @@ export class Outbox {
     // Once the store shows no send in progress, no journal line of the record is needed.
     if (settles) this.journal.settled(record.id);
   }
+}
+
+/** On to the record's next chunk, which gets its own tries, backoff and dedupe window. */
+function toNextChunk(record: OutboxRecord): void {
+  record.next++;
+  record.attempts = 0;
+  record.interruptions = undefined;
+  record.reachedAt = undefined;
+  record.failingSince = undefined;
+}
+
+/** The record's next chunk may have arrived: recorded as such (`unknown_after_send`) and not sent again. */
+function skipInDoubt(record: OutboxRecord): void {
+  record.unknownChunks = [...(record.unknownChunks ?? []), record.next];
+  toNextChunk(record);
 }
 
 function accountOf(record: OutboxRecord): string {

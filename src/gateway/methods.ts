@@ -58,8 +58,7 @@ export function createHandlers(app: App, version: string): Handlers {
   };
   const agentOfKey = (key: string) => agentIdFromKey(key, sessions().get(key)?.agentId ?? app.defaultAgentId);
   const checkPolicy = (key: string, channel?: string) => {
-    const entry = sessions().get(key);
-    const verdict = app.outbox.evaluate(key, entry?.channel ?? entry?.deliveryContext?.channel ?? entry?.lastChannel ?? channel ?? "webchat");
+    const verdict = app.outbox.evaluateSession(key, channel);
     if (verdict.decision === "deny") throw new GatewayError("INVALID_REQUEST", POLICY_BLOCKED, { reason: verdict.reason });
   };
   /** chat.send answers not yet given, by idempotencyKey (see chat.send). */

@@ -85,12 +85,7 @@ export class Gateway {
     const origin = req.headers.origin;
     if (origin === undefined || this.app.config.gateway.auth.token) return undefined;
     const host = (req.headers.host ?? "").toLowerCase();
-    let from: URL | undefined;
-    try {
-      from = new URL(origin);
-    } catch {
-      from = undefined;
-    }
+    const from = URL.canParse(origin) ? new URL(origin) : undefined;
     if (from && (from.protocol === "http:" || from.protocol === "https:") && from.host === host && isLoopbackHost(from.hostname)) return undefined;
     return `cross-origin WebSocket from ${JSON.stringify(origin.slice(0, 200))} refused: without gateway.auth.token only the web chat page served at this loopback address may connect (set a token to allow other origins)`;
   }

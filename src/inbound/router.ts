@@ -255,7 +255,7 @@ export class InboundRouter {
    * the outbox, addressed to the session, with the runId as the message it answers.
    */
   async chatSend(p: { sessionKey: string; agentId: string; text: string; runId: string }): Promise<{ kind: "command"; reply: string } | { kind: "run"; done: Promise<RunOutcome> }> {
-    const { sessions, outbox } = this.deps;
+    const { outbox } = this.deps;
     const command = parseCommand(p.text);
     const scope = { sessionKey: p.sessionKey, agentId: p.agentId, channel: "webchat" as const };
     if (command) {
@@ -264,8 +264,7 @@ export class InboundRouter {
         const next = { ...p, text: result.continueWith, runId: `${p.runId}:continue` };
         // The gateway let the command through a denied session (so that `/send on` works); its
         // text is a message like any other there: recorded, no agent run (R29, as from a chat).
-        const entry = sessions.get(p.sessionKey);
-        const denied = outbox.evaluate(p.sessionKey, entry?.channel ?? entry?.deliveryContext?.channel ?? entry?.lastChannel ?? "webchat").decision === "deny";
+        const denied = outbox.evaluateSession(p.sessionKey).decision === "deny";
         (denied ? this.recordWebchat(next) : this.chatSend(next)).catch((err: unknown) => this.deps.log.error({ err }, "continuing /new failed"));
       }
       return { kind: "command", reply: result.reply };

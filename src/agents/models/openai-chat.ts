@@ -101,9 +101,10 @@ export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider
       };
       // What the server refused that the chat can do without: each is learnt once per model.
       const adapted = (err: unknown): boolean => {
-        const learnt = req.tools.length > 0 && !toolless.has(req.model) && refusesTools(err) ? toolless : !strictRoles.has(req.model) && refusesRoles(err) ? strictRoles : undefined;
-        learnt?.add(req.model);
-        return learnt !== undefined;
+        if (req.tools.length > 0 && !toolless.has(req.model) && refusesTools(err)) toolless.add(req.model);
+        else if (!strictRoles.has(req.model) && refusesRoles(err)) strictRoles.add(req.model);
+        else return false;
+        return true;
       };
       let body = shaped();
       for (let retry = 0; ; retry++) {
