@@ -18,6 +18,7 @@ import type { SessionEntry } from "./sessions/entry.js";
 import { SessionNotFoundError, SessionStore } from "./sessions/session-store.js";
 import { TranscriptStore } from "./sessions/transcript.js";
 import { openKvStore, type KvStore } from "./store/kv.js";
+import { lockStateDir, type StateLock } from "./store/state-lock.js";
 import type { AgentTool, ToolFilter, ToolScope, ToolSource } from "./tools/types.js";
 
 export interface AppOptions {
@@ -45,6 +46,7 @@ export class App {
   outbox!: Outbox;
   /** Kept beside a durable store only: with a memory store nothing survives a restart anyway. */
   private journal: SendJournal | undefined;
+  private lock: StateLock | undefined;
   runtime!: AgentRuntime;
   router!: InboundRouter;
   models: ModelRegistry;
@@ -68,6 +70,18 @@ export class App {
   }
 
   async open(): Promise<void> {
+    // Before anything reads or resumes state: a second daemon on it would send every pending reply again.
+    this.lock = await lockStateDir(this.stateDir);
+    try {
+      await this.openLocked();
+    } catch (err) {
+      await this.kv?.close().catch(() => undefined);
+      await this.lock.release();
+      throw err;
+    }
+  }
+
+  private async openLocked(): Promise<void> {
     const url = this.config.store.url ?? `sqlite://${path.join(this.stateDir, "switchboard.sqlite")}`;
     this.kv = await openKvStore(url, this.stateDir, { log: this.log.child({ component: "store" }) });
     this.sessions = new SessionStore(this.kv.space<SessionEntry>("sessions"), this.stateDir);
@@ -180,5 +194,6 @@ export class App {
     await this.transcripts.close();
     this.journal?.close();
     await this.kv?.close();
+    await this.lock?.release();
   }
 }

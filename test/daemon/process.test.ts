@@ -88,4 +88,23 @@ describe("the daemon process", () => {
     daemon.kill("SIGTERM");
     expect((await daemon.exited).code).toBe(0);
   });
+  it("a second daemon on the same state dir exits 1 naming the first's pid; a SIGKILLed holder leaves no stale lock", async () => {
+    const { config, dir } = await setup();
+    const first = await start(config);
+    // Another port, same state: only the state lock can stop it from resuming the first's work.
+    const second = spawnDaemon(writeConfig(dir, { stateDir: path.join(dir, "data"), gateway: { port: 0 } }, "second.json5"));
+    daemons.push(second);
+    expect((await second.exited).code).toBe(1);
+    const fatal = second.output().split("\n").find((l) => l.includes("daemon failed to start"));
+    expect(JSON.parse(fatal ?? "{}").err).toBe(
+      `state directory ${path.join(dir, "data")} is in use by another switchboard (pid ${first.daemon.pid}): stop that one first, or give this one its own state with --state-dir or SWITCHBOARD_STATE_DIR`,
+    );
+    expect(second.output()).not.toMatch(/switchboard listening/);
+    expect((await first.client.request("sessions.list", {})).sessions).toEqual([]);
+
+    first.daemon.kill("SIGKILL");
+    await first.daemon.exited;
+    const third = await start(config);
+    expect((await third.client.request("sessions.list", {})).sessions).toEqual([]);
+  });
 });

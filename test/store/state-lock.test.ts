@@ -1,0 +1,41 @@
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { lockStateDir, StateDirInUseError, type StateLock } from "../../src/store/state-lock.js";
+
+const dirs: string[] = [];
+const locks: StateLock[] = [];
+afterEach(async () => {
+  for (const l of locks.splice(0)) await l.release();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function stateDir(): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "sb-lock-"));
+  dirs.push(dir);
+  return path.join(dir, "state");
+}
+
+describe("the state directory lock (one daemon per state)", () => {
+  it("a second holder is refused with the first's pid, and may take the lock once it is released", async () => {
+    const dir = stateDir();
+    const first = await lockStateDir(dir);
+    locks.push(first);
+    const refused = await lockStateDir(dir).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(StateDirInUseError);
+    expect(refused).toMatchObject({ stateDir: dir, holderPid: process.pid });
+    await first.release();
+    await first.release();
+    expect(existsSync(path.join(dir, "switchboard.pid"))).toBe(false);
+    locks.push(await lockStateDir(dir));
+  });
+
+  it("an unwritable state directory is a clear error, not a claim that another daemon holds it", async () => {
+    const dir = stateDir();
+    const file = path.join(path.dirname(dir), "not-a-dir");
+    writeFileSync(file, "");
+    await expect(lockStateDir(file)).rejects.toThrow(/not-a-dir/);
+    await expect(lockStateDir(file)).rejects.not.toBeInstanceOf(StateDirInUseError);
+  });
+});
