@@ -60,7 +60,7 @@ export interface DiscordAdapterOptions {
 const defaultLoginRetryDelayMs = (attempt: number) => Math.min(60_000, 1000 * 2 ** Math.min(attempt, 6));
 
 export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext, options: DiscordAdapterOptions = {}): ChannelAdapter {
-  const log = ctx.log.child({ channel: "discord", accountId: config.accountId });
+  const { log } = ctx;
   const loginRetryDelayMs = options.loginRetryDelayMs ?? defaultLoginRetryDelayMs;
   const clean = (text: string) => redact(text, config.token);
   const health: ChannelHealth = { connected: false, lastInboundAt: null, lastError: null };

@@ -45,8 +45,7 @@ export type TelegramAdapter = ChannelAdapter & {
 export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContext, options: TelegramAdapterOptions = {}): TelegramAdapter {
   const token = config.botToken;
   const accountId = config.accountId;
-  // The host already binds channel and accountId to ctx.log; re-binding would duplicate the keys.
-  const log = ctx.log;
+  const { log } = ctx;
   const apiRoot = config.apiRoot.endsWith("/") ? config.apiRoot : `${config.apiRoot}/`;
   // Our own agent (telegraf's default is a process-wide singleton) so stop() can close its
   // sockets: the long poll's, and telegraf's for https:// roots (it ignores `agent` for http://

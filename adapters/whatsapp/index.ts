@@ -58,7 +58,7 @@ const GROUP_NAME_TTL_MS = 60 * 60 * 1000;
 const STOP_INBOUND_GRACE_MS = 5_000;
 
 export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContext, opts: WhatsAppAdapterOptions = {}): ChannelAdapter {
-  const log = ctx.log.child({ channel: "whatsapp", accountId: config.accountId });
+  const { log } = ctx;
   const now = opts.now ?? Date.now;
   const random = opts.random ?? Math.random;
   const printQr = opts.printQr ?? printQrToTerminal;

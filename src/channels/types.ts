@@ -120,6 +120,7 @@ export interface AdapterContext {
   onNativeCommand?(cmd: NativeCommand): Promise<string>;
   /** Small durable key/value space for the adapter (offsets, auth state). */
   kv: AdapterKv;
+  /** Already bound to `channel` and `accountId`: a child re-binding them would print each key twice. */
   log: import("pino").Logger;
 }
 

@@ -1,3 +1,4 @@
+import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { FakeDiscord } from "../fakes/discord-api.js";
 import { startHarness } from "../helpers/harness.js";
@@ -81,5 +82,18 @@ describe("Discord native slash commands", () => {
     });
     await harness.app.router.idle();
     expect(fake.sent(fake.ids.general)).toEqual([]);
+  });
+  it("the Discord adapter's log lines carry channel and accountId once each (operators grep JSON lines for them)", async () => {
+    fake = await new FakeDiscord().start();
+    const lines: string[] = [];
+    harness = await startHarness({
+      config: { channels: { discord: { enabled: true, token: fake.token, apiBase: fake.apiBase } } },
+      log: pino({ level: "info" }, { write: (line: string) => void lines.push(line) }),
+    });
+    await vi.waitFor(() => expect(lines.find((l) => l.includes("discord: connected"))).toBeDefined(), { timeout: 5000 });
+    const connected = lines.find((l) => l.includes("discord: connected")) ?? "";
+    expect(connected.match(/"channel":/g)).toHaveLength(1);
+    expect(connected.match(/"accountId":/g)).toHaveLength(1);
+    expect(JSON.parse(connected)).toMatchObject({ channel: "discord", accountId: "default" });
   });
 });
