@@ -20,6 +20,7 @@ import { apiFailureOf, BOT_TOKEN_SHAPE, describeError, operatorHint, toPlatformE
 import { type BotIdentity, mapUpdate } from "./map-update.js";
 import { chatActionParams, chatTypeOfTarget, rateLimitsFor, sameChatTargets, sendMessageParams } from "./outbound.js";
 import { Poller, type PollPhase } from "./poller.js";
+import { RepeatGate } from "../../src/util/repeat-gate.js";
 import { createWarmAgent } from "./warm-agent.js";
 import { ALLOWED_UPDATES, type TgUpdate } from "./wire.js";
 
@@ -41,6 +42,9 @@ export type TelegramAdapter = ChannelAdapter & {
   /** The bot's @username (without @) once getMe succeeded. */
   botUsername(): string | undefined;
 };
+
+/** The same polling failure is warned about once a minute (each retry is still in the debug log). */
+const REPEATED_WARNING_WINDOW_MS = 60_000;
 
 export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContext, options: TelegramAdapterOptions = {}): TelegramAdapter {
   const token = config.botToken;
@@ -64,6 +68,7 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
   let stopEpoch = 0;
   let poller: Poller | undefined;
   const health: ChannelHealth = { connected: false, lastInboundAt: null, lastError: null };
+  const pollWarnings = new RepeatGate(REPEATED_WARNING_WINDOW_MS);
   /**
    * Basic groups upgraded to supergroups (old chat id → new): Telegram refuses the old id for
    * good, but sessions, cron jobs and replies in flight still address it.
@@ -144,7 +149,9 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
       dropIdleSockets(agent);
     }
     const text = recordError(err, phase === "handle" ? "onInbound" : phase);
-    log.warn({ err: text, phase, retryInMs }, "telegram polling error");
+    const repeated = pollWarnings.pass(text);
+    if (repeated === undefined) log.debug({ err: text, phase, retryInMs }, "telegram polling error (repeated)");
+    else log.warn({ err: text, phase, retryInMs, ...(repeated ? { repeatedSinceLastWarning: repeated } : {}) }, "telegram polling error");
   }
 
   return {

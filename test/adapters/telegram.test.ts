@@ -468,6 +468,18 @@ describe("telegram adapter: polling errors", () => {
     expect(lines.find((l) => l.msg === "telegram polling error")?.err).toBe(`poll: 409: ${errors.conflict.description} — ${hint}`);
   });
 
+  it("two pollers fighting over one token: the 409 is warned once a minute, each retry only at debug", async () => {
+    const api = await newApi();
+    const lines: Array<Record<string, unknown>> = [];
+    const h1 = await boot({ api, log: pino({ level: "debug" }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) }) });
+    await boot({ api, kv: new MemoryKv() });
+    const conflicts = () => lines.filter((l) => String(l.err).startsWith("poll: 409"));
+    await waitFor(() => conflicts().length >= 5, 10_000, "h1 retried through several 409s");
+    expect(h1.adapter.health().lastError).toMatch(/^poll: 409/);
+    expect(conflicts().filter((l) => l.msg === "telegram polling error")).toHaveLength(1);
+    expect(conflicts().slice(1).every((l) => l.msg === "telegram polling error (repeated)" && l.level === 20)).toBe(true);
+  });
+
   it("R2 a 429 on getUpdates waits retry_after seconds before polling again", async () => {
     const api = await newApi();
     api.failNext("getUpdates", errors.tooManyRequests(1));
