@@ -103,8 +103,11 @@ export function toPlatformError(err: unknown, method: string, token: string): Pl
   let message = `${method} failed: ${describeError(err, token)}${operatorHint(err)}`;
   const migrated = apiFailureOf(err)?.parameters?.migrate_to_chat_id;
   if (migrated !== undefined) message += ` (chat migrated to ${migrated})`;
-  // No answer to a request Telegram had in full: it may have been carried out.
-  const outcomeUnknown = reachedServer(err);
+  // No answer to a request Telegram had in full: it may have been carried out. A 504 is such a
+  // non-answer too: the gateway in front of the Bot API had passed the request on and gave up
+  // waiting for the result (ecosystem B.10: retrying after a timeout duplicated messages).
+  // Other 5xx are answers that the request failed, and are repeated.
+  const outcomeUnknown = reachedServer(err) || apiFailureOf(err)?.error_code === 504;
   if (outcomeUnknown) message += " (the request had reached Telegram: its outcome is unknown)";
   return new PlatformError("telegram", code, message, { cause: scrubError(err, token), retryAfterMs, outcomeUnknown });
 }

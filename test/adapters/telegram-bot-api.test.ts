@@ -159,6 +159,14 @@ describe("Bot API calls without telegraf's fetch stack", () => {
     expect(toPlatformError(err, "sendMessage", TOKEN)).toMatchObject({ code: "transport", outcomeUnknown: true, message: expect.stringContaining("outcome is unknown") });
   });
 
+  it("a 504 (the gateway in front of the Bot API gave up waiting for it) leaves a send's outcome unknown; a 500, 502 or 503 is a failure that may be repeated", async () => {
+    for (const [status, unknown] of [[504, true], [500, false], [502, false], [503, false]] as const) {
+      const { root } = await server(() => ({ status, body: "<html>proxy page</html>" }));
+      const err = await failure(createBotApi(root, TOKEN)("sendMessage", { chat_id: 1, text: "hi" }, { agent: agent() }));
+      expect(toPlatformError(err, "sendMessage", TOKEN), `HTTP ${status}`).toMatchObject({ code: "transport", outcomeUnknown: unknown });
+    }
+  });
+
   it("a kept-alive connection reset before any answer is the server having closed it while idle: the outcome is known (not carried out), the send may be repeated", async () => {
     let calls = 0;
     const { root } = await server(() => (++calls === 1 ? { status: 200, body: '{"ok":true,"result":{"message_id":1}}' } : { write: (res) => res.socket?.resetAndDestroy() }));
