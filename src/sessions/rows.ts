@@ -31,6 +31,8 @@ export interface SessionRow {
 
 export function toSessionRow(entry: SessionEntry, transcriptPath: string, defaultModel?: string): SessionRow {
   const dc = entry.deliveryContext;
+  const lastChannel = dc?.channel ?? entry.lastChannel;
+  const lastTo = dc?.to ?? entry.lastTo;
   const row: SessionRow = {
     key: displayKey(entry.key),
     kind: classifySessionKind(entry.key),
@@ -50,12 +52,17 @@ export function toSessionRow(entry: SessionEntry, transcriptPath: string, defaul
     systemSent: entry.systemSent,
     abortedLastRun: entry.abortedLastRun,
     sendPolicy: entry.sendPolicy,
-    lastChannel: dc?.channel ?? entry.lastChannel,
-    lastTo: dc?.to ?? entry.lastTo,
+    lastChannel,
+    lastTo: lastTo === undefined ? undefined : shownTo(lastChannel, lastTo),
     lastAccountId: dc?.accountId ?? entry.lastAccountId,
-    deliveryContext: dc ? { channel: dc.channel, to: dc.to, ...(dc.accountId ? { accountId: dc.accountId } : {}) } : undefined,
-    spawnedBy: entry.spawnedBy,
+    deliveryContext: dc ? { channel: dc.channel, to: shownTo(dc.channel, dc.to), ...(dc.accountId ? { accountId: dc.accountId } : {}) } : undefined,
+    spawnedBy: entry.spawnedBy === undefined ? undefined : displayKey(entry.spawnedBy),
   };
   for (const [k, v] of Object.entries(optional)) if (v !== undefined) (row as unknown as Record<string, unknown>)[k] = v;
   return row;
+}
+
+/** Web chat addresses a chat by its session key: shown as callers see keys, never `global` (R6). */
+function shownTo(channel: string | undefined, to: string): string {
+  return channel === "webchat" ? displayKey(to) : to;
 }

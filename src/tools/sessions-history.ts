@@ -47,9 +47,19 @@ export function createSessionsHistoryTool(app: App, view: SessionView): AgentToo
       const includeTools = p.includeTools ?? false;
       const file = app.sessions.transcriptPath(target.entry);
       const selected = includeTools ? await app.transcripts.readMessages(file, limit) : await app.transcripts.readMessagesWithoutToolResults(file, limit);
-      return { sessionKey: displayKey(target.key), sessionId: target.entry.sessionId, ...capHistory(selected) };
+      return { sessionKey: displayKey(target.key), sessionId: target.entry.sessionId, ...capHistory(selected.map(withShownKeys)) };
     },
   });
+}
+
+/**
+ * The message with the session key it names (an inter-session source) as callers see keys: the
+ * transcript keeps the stored key, but a caller must never see `global` (R6). Pure.
+ */
+export function withShownKeys(m: TranscriptMessage): TranscriptMessage {
+  if (m.role !== "user" || !m.provenance?.sourceSessionKey) return m;
+  const shown = displayKey(m.provenance.sourceSessionKey);
+  return shown === m.provenance.sourceSessionKey ? m : { ...m, provenance: { ...m.provenance, sourceSessionKey: shown } };
 }
 
 /** Cuts every text (and oversized tool-call arguments) to `maxChars`, with a visible mark. Pure. */

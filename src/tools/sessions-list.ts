@@ -7,7 +7,7 @@ import type { App } from "../app.js";
 import type { SessionKind } from "../sessions/keys.js";
 import { toSessionRow, type SessionRow } from "../sessions/rows.js";
 import { defineTool, SessionsListParams } from "./schemas.js";
-import { cutLongTexts } from "./sessions-history.js";
+import { cutLongTexts, withShownKeys } from "./sessions-history.js";
 import type { AgentTool } from "./types.js";
 import { visibilityOf, type SessionView } from "./visibility.js";
 
@@ -39,7 +39,7 @@ export function createSessionsListTool(app: App, view: SessionView): AgentTool {
           const row = toSessionRow(entry, app.sessions.transcriptPath(entry), app.models.defaultRef(entry.agentId));
           // Cut like sessions_history's: one huge message (a webhook payload, a pasted log) would
           // otherwise go whole into the caller's model context, and could overflow it.
-          if (messageLimit > 0) row.messages = cutLongTexts(await app.transcripts.readMessagesWithoutToolResults(row.transcriptPath, messageLimit)).messages;
+          if (messageLimit > 0) row.messages = cutLongTexts((await app.transcripts.readMessagesWithoutToolResults(row.transcriptPath, messageLimit)).map(withShownKeys)).messages;
           return row;
         }),
       );

@@ -90,6 +90,11 @@ export function createSessionsSendTool(deps: SendToolDeps, view: SessionView): A
       }
 
       const waited = await waitUnlessAborted(app.runtime.wait(runId, Math.round(timeoutSeconds * 1000)), ctx);
+      // A run that ended cut short (its own time limit, /stop) reports "timeout" too, but it did
+      // not continue: R15's "the run continues" is only true when our wait ran out.
+      if (waited?.status === "timeout" && waited.endedAt !== undefined) {
+        return { runId, status: "error", error: waited.error ?? "run ended without a reply", sessionKey: shownKey };
+      }
       if (!waited || waited.status === "timeout") {
         return { runId, status: "timeout", error: `no reply within ${timeoutSeconds} s; the run continues — read the reply later with sessions_history`, sessionKey: shownKey };
       }

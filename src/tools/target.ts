@@ -5,7 +5,7 @@
  */
 import type { App } from "../app.js";
 import type { SessionEntry } from "../sessions/entry.js";
-import { RESERVED_KEYS } from "../sessions/keys.js";
+import { displayKey, RESERVED_KEYS } from "../sessions/keys.js";
 import { SessionNotFoundError } from "../sessions/session-store.js";
 import { agentToAgentForbidden, sandboxForbidden, visibilityOf, type SessionView } from "./visibility.js";
 
@@ -23,8 +23,8 @@ export function resolveTarget(app: App, view: SessionView, input: TargetInput, a
   let entry: SessionEntry | undefined;
   if (input.label !== undefined) {
     // A restricted requester searches only its own children, so a clash elsewhere leaks nothing.
-    const hits = app.sessions.list({ label: input.label, limit: 2, where: view.restricted ? (e) => e.spawnedBy === view.requesterKey : undefined });
-    if (hits.length > 1) return { ok: false, status: "error", error: `Multiple sessions found with label: ${input.label} (${hits.map((h) => h.key).join(", ")})` };
+    const hits = app.sessions.list({ label: input.label, limit: 2, where: (e) => addressable(app, e.key) && (!view.restricted || e.spawnedBy === view.requesterKey) });
+    if (hits.length > 1) return { ok: false, status: "error", error: `Multiple sessions found with label: ${input.label} (${hits.map((h) => displayKey(h.key)).join(", ")})` };
     entry = hits[0];
     if (!entry) return fail(`No session found with label: ${input.label}`);
   } else {
@@ -42,11 +42,19 @@ export function resolveTarget(app: App, view: SessionView, input: TargetInput, a
     }
     entry = app.sessions.get(key);
     // Keys resolve without a lookup (they need not exist yet); a tool needs the session itself.
-    if (!entry) return fail(`unknown session: ${ref}`);
+    if (!entry || !addressable(app, key)) return fail(`unknown session: ${ref}`);
   }
   const visibility = visibilityOf(view, entry);
   if (!visibility.visible) {
     return { ok: false, status: "forbidden", error: visibility.reason === "sandbox" ? sandboxForbidden(shown) : agentToAgentForbidden(visibility.reason, action) };
   }
   return { ok: true, key: entry.key, entry };
+}
+
+/**
+ * R6: the reserved sessions are nobody's to address — by key, sessionId or label alike — except
+ * `global` where it is the main bucket (scope=global), reached as "main".
+ */
+function addressable(app: App, key: string): boolean {
+  return !RESERVED_KEYS.has(key) || (key === "global" && app.config.session.scope === "global");
 }

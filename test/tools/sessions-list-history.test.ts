@@ -7,7 +7,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
-import { callViaGateway, messagesOf, toolDriver } from "../helpers/tool-driver.js";
+import { call, callViaGateway, messagesOf, settle, toolDriver } from "../helpers/tool-driver.js";
 
 let h: Harness;
 const telegram = new RecordingAdapter("telegram");
@@ -223,6 +223,17 @@ describe("sessions_history", () => {
     expect(await callViaGateway(h, "agent:main:ops", "sessions_history", { sessionKey: "unknown" })).toEqual({ status: "error", error: "unknown session: unknown" });
   });
 
+  it("R6 the reserved sessions global and unknown cannot be reached by their sessionId or a label either (global is not the main bucket under scope per-sender)", async () => {
+    const admin = await h.client();
+    for (const key of ["global", "unknown"]) {
+      await admin.request("sessions.patch", { key, label: `reserved-${key}` });
+      const id = h.app.sessions.require(key).sessionId;
+      expect(await callViaGateway(h, "agent:main:ops", "sessions_history", { sessionKey: id })).toEqual({ status: "error", error: `unknown session: ${id}` });
+      expect(await callViaGateway(h, "agent:main:ops", "sessions_send", { label: `reserved-${key}`, message: "hello?" })).toMatchObject({ status: "error", error: `No session found with label: reserved-${key}` });
+      await admin.request("sessions.patch", { key, label: null });
+    }
+  });
+
   it("large histories are capped at 80 KiB with flags; long texts are cut near 4000 characters", async () => {
     const entry = await h.app.sessions.upsert("agent:main:big", "main");
     const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
@@ -251,6 +262,46 @@ describe("R6 session.scope global", () => {
       const history = await callViaGateway(g, "agent:main:ops", "sessions_history", { sessionKey: "main" });
       expect(history).toMatchObject({ sessionKey: "main", messages: [{ role: "user", content: "dm" }, { role: "assistant" }] });
       expect(await callViaGateway(g, "agent:main:ops", "sessions_history", { sessionKey: "global" })).toEqual({ status: "error", error: "unknown session: global" });
+    } finally {
+      await g.stop();
+    }
+  });
+
+  it("R6 the main bucket chatted with from the web page lists its web chat route as main, never global", async () => {
+    const g = await startHarness({ store: "memory", responder: toolDriver(), config: { session: { scope: "global" } } });
+    try {
+      const client = await g.client();
+      await client.request("chat.send", { sessionKey: "main", message: "from the page", idempotencyKey: "page-1" });
+      await vi.waitFor(() => expect(g.app.runtime.get("page-1")?.status).toBe("ok"));
+      const list = await callViaGateway(g, "agent:main:ops", "sessions_list", { kinds: ["main"] });
+      expect(list.sessions).toEqual([expect.objectContaining({ key: "main", channel: "webchat", lastChannel: "webchat", lastTo: "main", deliveryContext: { channel: "webchat", to: "main", accountId: "default" } })]);
+      expect(JSON.stringify(list)).not.toContain('"global"');
+    } finally {
+      await g.stop();
+    }
+  });
+
+  it("R6 sessions the main bucket spawned or messaged never show global: not as a row's spawnedBy, not as a message's provenance source", async () => {
+    const skip = toolDriver((_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" || step === "subagent-announce" ? { content: "ANNOUNCE_SKIP" } : undefined));
+    const g = await startHarness({ store: "memory", responder: skip, config: { session: { scope: "global" } } });
+    try {
+      const ROOM = "agent:main:telegram:group:-100room";
+      await g.app.router.accept(inbound({ chatType: "group", peerId: "-100room", to: "-100room", wasMentioned: true, text: "hi room" }));
+      await g.app.router.idle();
+      const dm = (args: string) => g.app.router.accept(inbound({ chatType: "direct", peerId: "1001", to: "1001", text: args }));
+      await dm(call("sessions_spawn", { task: "look around" }));
+      await dm(call("sessions_send", { sessionKey: ROOM, message: "from the bucket", timeoutSeconds: 5 }));
+      await g.app.router.idle();
+      await settle(g);
+      const child = g.app.sessions.list({ kinds: ["other"] }).find((e) => e.key.includes(":subagent:"));
+      expect(child?.spawnedBy).toBe("global");
+      const list = await callViaGateway(g, "agent:main:ops", "sessions_list", { messageLimit: 5 });
+      expect(list.sessions.find((r: any) => r.key === child!.key)).toMatchObject({ spawnedBy: "main" });
+      expect(list.sessions.find((r: any) => r.key === ROOM).messages).toContainEqual(expect.objectContaining({ content: "from the bucket", provenance: expect.objectContaining({ kind: "inter_session", sourceSessionKey: "main" }) }));
+      expect(JSON.stringify(list)).not.toContain('"global"');
+      const history = await callViaGateway(g, "agent:main:ops", "sessions_history", { sessionKey: ROOM });
+      expect(history.messages).toContainEqual(expect.objectContaining({ content: "from the bucket", provenance: expect.objectContaining({ sourceSessionKey: "main" }) }));
+      expect(JSON.stringify(history)).not.toContain('"global"');
     } finally {
       await g.stop();
     }

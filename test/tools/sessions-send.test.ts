@@ -11,7 +11,7 @@ import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 import { openStoreDb } from "../helpers/store-db.js";
-import { call, callViaGateway, callViaTelegram, countSteps, crossDeadline, lastUserText, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
+import { call, callViaGateway, callViaTelegram, countSteps, crossDeadline, lastToolResult, lastUserText, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
 
 const REQ = "agent:main:telegram:group:-100req";
 const TGT = "agent:main:telegram:group:-100tgt";
@@ -170,6 +170,34 @@ describe("sessions_send: the primary run", () => {
     }
     await vi.waitFor(() => expect(h!.app.runtime.get(target.runId)?.status).toBe("ok"));
     await settle(h!);
+  });
+
+  it("R6 a label the main bucket shares under scope global is ambiguous with the bucket named main, never global", async () => {
+    await boot({ session: { scope: "global" } });
+    for (const key of ["global", TGT]) await h!.app.sessions.upsert(key, "main", { label: "twin" });
+    const result = await send({ label: "twin", message: "which one?" });
+    expect(result).toMatchObject({ status: "error", error: expect.stringMatching(/^Multiple sessions found with label: twin \(/) });
+    expect(result.error.slice(result.error.indexOf("(")).split(/[(), ]+/).filter(Boolean).sort()).toEqual(["agent:main:telegram:group:-100tgt", "main"]);
+  });
+
+  it("R15 R16 a target run stopped (/stop in its chat) before it answered is an error naming the stop, not a timeout whose run continues", async () => {
+    await boot({ commands: { owners: ["telegram:1001"] } });
+    const release = holdStep("a2a-message", "never delivered", () => undefined);
+    try {
+      await h!.app.router.accept(inbound({ chatType: "group", peerId: "-100req", to: "-100req", wasMentioned: true, text: call("sessions_send", { sessionKey: TGT, message: "long job", timeoutSeconds: 600 }) }));
+      await vi.waitFor(() => expect(h!.app.runtime.activeRuns().find((r) => r.sessionKey === TGT)?.status).toBe("running"));
+      await h!.app.router.accept(inbound({ chatType: "group", peerId: "-100tgt", to: "-100tgt", wasMentioned: true, text: "/stop" }));
+      await h!.app.router.idle();
+      const result = await lastToolResult(h!.app, REQ);
+      expect(result).toMatchObject({ runId: expect.any(String), status: "error", sessionKey: TGT });
+      expect(result.error).toMatch(/aborted by \/stop/);
+      expect(h!.app.runtime.get(result.runId)?.endedAt).toBeDefined();
+    } finally {
+      release();
+    }
+    await settle(h!);
+    expect(countSteps(h!.model.requests, "a2a-reply")).toBe(0);
+    expect(countSteps(h!.model.requests, "a2a-announce")).toBe(0);
   });
 
   it("R12 the target may be given by sessionId or label; unknown targets and bad params are clear errors", async () => {
