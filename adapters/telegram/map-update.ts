@@ -31,11 +31,13 @@ export function mapUpdate(update: TgUpdate, bot: BotIdentity, accountId: string)
   if (raw === undefined || raw.trim() === "") return ignore("no_text");
   const entities = (m.text !== undefined ? m.entities : m.caption_entities) ?? [];
 
-  const command = normalizeCommand(raw, bot.username);
+  // A forward relays someone else's mention of the bot: content, not addressing.
+  const addressed = isForwarded(m) ? raw : stripLeadingMention(raw, entities, bot);
+  const command = normalizeCommand(addressed, bot.username);
   // `/stop@OtherBot` is addressed to another bot in the chat: neither a command of ours nor a
   // prompt, even where every message is answered (with privacy mode on Telegram would not even
   // deliver it). A forward only relays such text, and is content like any other.
-  if (!command.addressedToUs && !isForwarded(m) && COMMAND_FOR_A_BOT.test(raw)) return ignore("other_bot_command");
+  if (!command.addressedToUs && !isForwarded(m) && COMMAND_FOR_A_BOT.test(addressed)) return ignore("other_bot_command");
   const direct = m.chat.type === "private";
   const threadId = resolveThreadId(m);
 
@@ -89,12 +91,26 @@ export function normalizeCommand(text: string, botUsername: string): { text: str
 
 /** Entities are authoritative: Telegram's server marks every @mention, so no text scanning. */
 export function mentionsBot(text: string, entities: readonly TgEntity[], bot: BotIdentity): boolean {
-  const handle = `@${bot.username}`.toLowerCase();
-  return entities.some((e) => {
-    if (e.type === "mention") return text.slice(e.offset, e.offset + e.length).toLowerCase() === handle;
-    if (e.type === "text_mention") return e.user?.id === bot.id;
-    return false;
-  });
+  return entities.some((e) => isBotMention(text, e, bot));
+}
+
+function isBotMention(text: string, e: TgEntity, bot: BotIdentity): boolean {
+  if (e.type === "mention") return text.slice(e.offset, e.offset + e.length).toLowerCase() === `@${bot.username}`.toLowerCase();
+  if (e.type === "text_mention") return e.user?.id === bot.id;
+  return false;
+}
+
+/**
+ * A leading mention of the bot is addressing, not content: in a group "@bot /send off" must read
+ * as "/send off" (as on Discord), or an owner's command would run as a prompt and the chat would
+ * not be silenced. A message that is only the mention keeps it, so it still says something.
+ */
+function stripLeadingMention(text: string, entities: readonly TgEntity[], bot: BotIdentity): string {
+  const start = text.length - text.trimStart().length;
+  const lead = entities.find((e) => e.offset === start && isBotMention(text, e, bot));
+  if (!lead) return text;
+  const rest = text.slice(lead.offset + lead.length).replace(/^[\s,:]+/, "");
+  return rest || text;
 }
 
 /**

@@ -71,6 +71,18 @@ function isSelf(jid: string | null | undefined, self: SelfIdentity): boolean {
 }
 
 /**
+ * A leading mention of us is addressing, not content: in a group "@15550000001 /send off" must
+ * read as "/send off" (as on Discord and Telegram), or an owner's command would run as a prompt
+ * and the chat would not be silenced. WhatsApp writes a mention into the text as "@" and the user
+ * part of the JID mentioned (our number, or our LID's). A message that is only the mention keeps it.
+ */
+function stripLeadingSelfMention(text: string, self: SelfIdentity): string {
+  const lead = /^\s*@(\d+)[\s,:]*/.exec(text);
+  if (!lead || !(isSelf(`${lead[1]}@s.whatsapp.net`, self) || isSelf(`${lead[1]}@lid`, self))) return text;
+  return text.slice(lead[0].length) || text;
+}
+
+/**
  * A push name is whatever the sender's client set (and a group subject whatever an admin's): one
  * longer than the router takes would get every message of that sender or group rejected. Cut by
  * characters, as the router counts them (a surrogate pair is never split).
@@ -117,7 +129,8 @@ export async function mapInbound(msg: WAMessage, ctx: MapContext): Promise<Inbou
   const common = {
     channel: "whatsapp" as const,
     accountId: ctx.accountId,
-    text: content.text,
+    // A forward relays someone else's mention of us: content, not addressing.
+    text: mentioned && !ci?.isForwarded ? stripLeadingSelfMention(content.text, ctx.self) : content.text,
     messageId,
     // A forward carries someone else's mentions and quote: relaying them does not address us.
     wasMentioned: !ci?.isForwarded && (mentioned || quotedOurs),

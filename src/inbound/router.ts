@@ -383,7 +383,9 @@ export class InboundRouter {
       await this.touch(route, msg);
       const result = await executeCommand(command, { sessionKey: route.sessionKey, agentId: route.agentId, channel: msg.channel }, this.deps);
       await outbox.enqueue({ id: `cmd:${rec.id}`, sessionKey: route.sessionKey, target, text: result.reply, kind: "command", ownerCommandAnswer: true, inChat: true });
-      if (result.continueWith) await this.accept({ ...msg, text: result.continueWith, messageId: `${msg.messageId}:continue` });
+      // The command addressed the bot (commands pass mention gating), so its text is answered
+      // in a group that requires a mention as a mention would be.
+      if (result.continueWith) await this.accept({ ...msg, text: result.continueWith, messageId: `${msg.messageId}:continue`, wasMentioned: true });
       return this.finish(rec);
     }
 
@@ -412,6 +414,13 @@ export class InboundRouter {
       // A run that had finished when the process died answers as it did: asking the model again
       // would record a second answer (and could give a different one).
       const outcome = prior.recorded && prior.reply !== undefined ? ({ status: "ok", reply: prior.reply, usage: { input: 0, output: 0 } } as const) : await this.runWithTyping(route, msg, rec.id, target, entry.sessionId);
+      // A run cut short by the shutdown did not fail on its own: rather than tell the chat so
+      // and drop the question, the message stays pending and is answered after the restart (as
+      // the sub-agent registry leaves such a run to the next process).
+      if (outcome.status !== "ok" && !this.deps.runtime.accepting) {
+        log.info({ err: outcome.error }, "run cut short by the shutdown; the message stays pending, to be answered after the restart");
+        return;
+      }
       const text = replyText(outcome);
       if (text) await outbox.enqueue({ id: replyId, sessionKey: route.sessionKey, target, text, kind: "reply", inChat: true });
     }

@@ -46,11 +46,21 @@ export function resolveSendPolicy(config: SendPolicyConfig, subject: SendPolicyS
   for (const [index, rule] of config.rules.entries()) {
     const m = rule.match;
     if (m.channel !== undefined && m.channel.toLowerCase() !== channel) continue;
-    if (m.chatType !== undefined && m.chatType !== chatType) continue;
+    if (m.chatType !== undefined && !chatTypeMatches(m.chatType, chatType)) continue;
     if (m.keyPrefix !== undefined && !key.startsWith(m.keyPrefix.toLowerCase())) continue;
     if (rule.action === "deny") return { decision: "deny", reason: `rule #${index + 1}` };
     allowedBy ??= index;
   }
   if (allowedBy !== undefined) return { decision: "allow", reason: `rule #${allowedBy + 1}` };
   return { decision: config.default, reason: "default" };
+}
+
+/**
+ * Group chats are groups and channels alike (R2: `…:group:<id>` or `…:channel:<id>`), so a rule
+ * for `group` — the spec's own example, `{ channel: "discord", chatType: "group" }` — covers a
+ * Discord guild channel too, where the bot has no other group chats; a rule for `channel` only
+ * channels.
+ */
+function chatTypeMatches(rule: ChatType, subject: ChatType | undefined): boolean {
+  return rule === subject || (rule === "group" && subject === "channel");
 }

@@ -107,6 +107,15 @@ export function runChannelContract(driver: ContractDriver): void {
         expect(c.harness.app.sessions.get(c.groupKey)?.sendPolicy).toBe("deny");
         expect(c.groupSent()).toEqual(["⚙️ Send policy set to off."]);
       });
+
+      it("R28 the owner's /send off led by a mention of the bot is the command (the mention addresses the bot), not a prompt", async () => {
+        const c = await start();
+        await c.group("owner", "/send off", true);
+        await vi.waitFor(() => expect(c.groupSent()).toEqual(["⚙️ Send policy set to off."]), WAIT);
+        await c.harness.app.router.idle();
+        expect(c.harness.app.sessions.get(c.groupKey)?.sendPolicy).toBe("deny");
+        expect(c.harness.model.requests).toHaveLength(0);
+      });
     }
 
     if (driver.chunking !== false) {

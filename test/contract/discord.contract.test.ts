@@ -97,3 +97,35 @@ describe("Discord native slash commands", () => {
     expect(JSON.parse(connected)).toMatchObject({ channel: "discord", accountId: "default" });
   });
 });
+
+describe("Discord guild channels and the send policy", () => {
+  let fake: FakeDiscord | undefined;
+  let harness: Awaited<ReturnType<typeof startHarness>> | undefined;
+  afterEach(async () => {
+    await harness?.stop();
+    await fake?.stop();
+  });
+
+  it("R27 R30 the spec's example rule { channel: discord, chatType: group } deny silences Discord guild channels (group chats, R2) but not DMs", async () => {
+    fake = await new FakeDiscord().start();
+    harness = await startHarness({
+      config: {
+        session: { sendPolicy: { rules: [{ match: { channel: "discord", chatType: "group" }, action: "deny" }], default: "allow" } },
+        channels: { discord: { enabled: true, token: fake.token, apiBase: fake.apiBase } },
+      },
+    });
+    const key = `agent:main:discord:channel:${fake.ids.general}`;
+    fake.injectMessage({ channelId: fake.ids.general, author: fake.ids.bob, content: `<@${fake.ids.bot}> hello?` });
+    await vi.waitFor(async () => {
+      const entry = harness!.app.sessions.require(key);
+      const said = await harness!.app.transcripts.readMessages(harness!.app.sessions.transcriptPath(entry));
+      expect(said.some((m) => m.role === "user" && m.content.includes("hello?"))).toBe(true);
+    }, { timeout: 5000 });
+    await harness.app.router.idle();
+    expect(fake.sent(fake.ids.general)).toEqual([]);
+    expect(harness.model.requests).toHaveLength(0);
+
+    fake.injectDM({ author: fake.ids.bob, content: "and here?" });
+    await vi.waitFor(() => expect(fake!.sent(fake!.dmChannelId(fake!.ids.bob)).map((m) => m.content)).toEqual(["echo: and here?"]), { timeout: 5000 });
+  });
+});

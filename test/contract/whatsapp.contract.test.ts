@@ -44,7 +44,8 @@ runChannelContract({
         wa.injectText({ chatJid: dmJid(who), text });
       },
       async group(who, text, mentioned) {
-        wa.injectText({ chatJid: GROUP, participant: dmJid(who), text, ...(mentioned ? { mentionedJids: ["15550000001@s.whatsapp.net"] } : {}) });
+        // WhatsApp clients write a mention into the text as "@<number>" beside its JID.
+        wa.injectText({ chatJid: GROUP, participant: dmJid(who), ...(mentioned ? { text: `@15550000001 ${text}`, mentionedJids: ["15550000001@s.whatsapp.net"] } : { text }) });
       },
       dmSent: (who) => texts(dmJid(who)),
       groupSent: () => texts(GROUP),

@@ -66,6 +66,31 @@ describe("daemon lifecycle", () => {
     expect(telegram.textsTo("1001")).toEqual(["echo: answer before you go"]);
   });
 
+  it("a chat message whose run the stop cut short is answered after the restart, not told its run was aborted", async () => {
+    const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-cut-short-"));
+    cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
+    // The first answer takes longer than any stop waits for it; later ones come at once.
+    const model = new FakeModelServer(async (req, i) => ({ ...(await echoLastUser(req, i)), ...(i === 0 ? { delayMs: 60_000 } : {}) }));
+    cleanups.push(() => model.stop());
+    const before = new RecordingAdapter("telegram");
+    const h = await startHarness({ stateDir, model, adapters: [before] });
+    await h.app.router.accept(inbound({ text: "a long question", peerId: "1001", to: "1001" }));
+    await vi.waitFor(() => expect(model.requests).toHaveLength(1));
+    // What stop() does once its wait for the runs in flight has run out.
+    h.app.router.stop();
+    await h.app.runtime.drain(0);
+    await h.app.router.idle();
+    await h.stop({ keepState: true });
+    expect(before.sent).toEqual([]);
+
+    const after = new RecordingAdapter("telegram");
+    const again = await startHarness({ stateDir, model, adapters: [after] });
+    cleanups.push(() => again.stop({ keepState: true }));
+    await vi.waitFor(() => expect(after.textsTo("1001")).toEqual(["echo: a long question"]));
+    await again.app.router.idle();
+    expect(after.sent.map((m) => m.text)).toEqual(["echo: a long question"]);
+  });
+
   it("stop waits for background work (agent-to-agent flows, announces) still running", async () => {
     const h = await slowHarness(0);
     let finished = false;

@@ -537,6 +537,12 @@ describe("inbound router", () => {
     expect(said.flatMap((m) => (m.role === "user" ? [m.content] : []))).toEqual(["and another"]);
   });
 
+  it("/new <text> from the owner in a group that requires a mention runs <text>: the command addressed the bot, so its text is not gated", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ senderId: OWNER, chatType: "group", peerId: "-100400", to: "-100400", wasMentioned: false, text: "/new tell me a joke" }));
+    await vi.waitFor(() => expect(telegram.textsTo("-100400")).toEqual([expect.stringMatching(/^⚙️ New session started/), "echo: tell me a joke"]));
+  });
+
   it("R28 an owner's native /send in a chat never seen before records that chat on its session (route, chat type), as a message would", async () => {
     const { h } = await boot({ commands: { owners: [`discord:${OWNER}`] } });
     const origin = { channel: "discord", accountId: "default", chatType: "channel", peerId: "556", to: "556", senderId: OWNER, messageId: "native-send", timestamp: Date.now() } as const;
