@@ -136,7 +136,9 @@ async function sqliteStore(file: string): Promise<KvStore> {
       };
       return {
         async get(key) {
-          return (await keyv.get(key)) as T | undefined;
+          // Prefixed here as the writer does: keyv leaves a key that already starts with
+          // "<namespace>:" unprefixed, so space "cron" would read "cron:x" where it wrote "cron:cron:x".
+          return (await keyv.get(`${namespace}:${key}`)) as T | undefined;
         },
         async set(key, value) {
           assertStorableKey(key);

@@ -192,6 +192,16 @@ describe.each(backends)("kv store contract ($name)", ({ open }) => {
     expect(await kv.space<{ n: number }>("adapter:telegram:ab").entries()).toEqual([["offset", { n: 2 }]]);
   });
 
+  it("a key that starts with its space's own name reads back what was written (keyv leaves such a key unprefixed)", async () => {
+    const { kv } = await open();
+    const space = kv.space<{ n: number }>("cron");
+    await space.set("cron:daily", { n: 1 });
+    expect(await space.get("cron:daily")).toEqual({ n: 1 });
+    expect(await space.entries()).toEqual([["cron:daily", { n: 1 }]]);
+    await space.delete("cron:daily");
+    expect(await space.get("cron:daily")).toBeUndefined();
+  });
+
   it("close() commits the writes issued before it, awaited or not, so they survive a reopen", async () => {
     const { kv, reopen } = await open();
     const space = kv.space<{ n: number }>("t");
