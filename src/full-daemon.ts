@@ -40,7 +40,7 @@ export class FullDaemon extends Daemon {
   override async start(): Promise<{ port: number }> {
     const started = await super.start();
     await this.wired?.subagents.resume();
-    this.wired?.cron.start();
+    await this.wired?.cron.start();
     return started;
   }
 

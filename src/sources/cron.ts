@@ -4,6 +4,8 @@
  * internal_system); the reply is recorded in the transcript and delivered only when the session
  * has a chat route — through the outbox, like every other message. A tick that comes while the
  * job's previous run is still going is skipped (logged), so slow jobs never queue up behind themselves.
+ * Each tick is recorded in the store as it starts and ends, so a tick missed while the daemon
+ * was down or died mid-run is run at start-up while still nearly on time (cron-catch-up.ts).
  */
 import { randomUUID } from "node:crypto";
 import { Cron } from "croner";
@@ -14,19 +16,28 @@ import type { Config } from "../config/schema.js";
 import { replyText } from "../inbound/router.js";
 import { cronSessionKey, normalizeAgentId } from "../sessions/keys.js";
 import { deliveryContextOf, outboundTargetOf } from "../tools/delivery-route.js";
+import type { KvSpace } from "../store/kv.js";
+import { catchUp, type TickRecord } from "./cron-catch-up.js";
 
 export type CronJob = Config["cron"]["jobs"][number];
 
 export class CronScheduler {
   private readonly timers: Cron[] = [];
+  private readonly ticks: KvSpace<TickRecord>;
 
   constructor(
     private readonly app: App,
     private readonly log: pino.Logger,
-  ) {}
+  ) {
+    this.ticks = app.kv.space<TickRecord>("cron");
+  }
 
-  /** Schedule every enabled job; a job with a bad schedule or agent is logged and skipped. */
-  start(): void {
+  /**
+   * Schedule every enabled job; a job with a bad schedule or agent is logged and skipped. Resolves
+   * once missed ticks are started again (never rejects: a store failure there is logged).
+   */
+  async start(): Promise<void> {
+    const scheduled: Array<{ job: CronJob; timer: Cron; log: pino.Logger }> = [];
     const agents = new Set(this.app.config.agents.list.map((a) => normalizeAgentId(a.id)));
     for (const job of this.app.config.cron.jobs) {
       if (!job.enabled) continue;
@@ -43,18 +54,53 @@ export class CronScheduler {
       }
       try {
         const skipped = () => log.warn("cron job tick skipped: the previous run is still going");
-        const timer = new Cron(job.schedule, { timezone: job.timezone, protect: skipped, unref: true }, async () => {
+        const timer: Cron = new Cron(job.schedule, { timezone: job.timezone, protect: skipped, unref: true }, async () => {
+          // The scheduled time, also when a missed tick is run late by trigger().
+          const tick = (timer.previousRuns(1, new Date())[0] ?? new Date()).toISOString();
+          await this.record(job, { tick, done: false }, log);
           const run = await this.fire(job).catch((err: unknown) => void log.error({ err: (err as Error).message }, "cron job run failed to start"));
+          if (!run) return;
           // Awaited to the end of the run: croner's protect skips the ticks that come meanwhile,
           // so a job slower than its schedule does not pile up runs behind itself.
-          await run?.done.catch((err: unknown) => log.error({ err: (err as Error).message }, "cron job run failed"));
+          const ended = await run.done.then(
+            () => true,
+            (err: unknown) => void log.error({ err: (err as Error).message }, "cron job run failed"),
+          );
+          // A run cut short by shutdown stays not done: the next start runs the tick again.
+          if (ended && this.app.runtime.accepting) await this.record(job, { tick, done: true }, log);
         });
         this.timers.push(timer);
+        scheduled.push({ job, timer, log });
         log.info({ schedule: job.schedule, next: timer.nextRun()?.toISOString() }, "cron job scheduled");
       } catch (err) {
         log.error({ schedule: job.schedule, err: (err as Error).message }, "cron job skipped: invalid schedule or timezone");
       }
     }
+    await Promise.all(scheduled.map(({ job, timer, log }) => this.catchUp(job, timer, log)));
+  }
+
+  /** Runs the tick the daemon missed, if it is still nearly on time (cron-catch-up.ts). */
+  private async catchUp(job: CronJob, timer: Cron, log: pino.Logger): Promise<void> {
+    let record: TickRecord | undefined;
+    try {
+      record = await this.ticks.get(cronSessionKey(job.id));
+    } catch (err) {
+      log.warn({ err: (err as Error).message }, "cron job's last tick could not be read: a tick missed while the daemon was down is not run");
+      return;
+    }
+    const now = new Date();
+    const due = catchUp(record, timer.previousRuns(1, now)[0], timer.nextRun(now) ?? undefined, now.getTime());
+    if (!due) return;
+    if ("late" in due) {
+      log.info({ missed: due.late.toISOString(), lateMinutes: Math.round(due.lateMs / 60_000) }, "cron job tick missed while the daemon was down: too late to run now, waiting for the next");
+      return;
+    }
+    log.info({ missed: due.run.toISOString() }, "cron job tick missed while the daemon was down (or cut short): running it now");
+    if (!timer.isStopped()) void timer.trigger();
+  }
+
+  private async record(job: CronJob, record: TickRecord, log: pino.Logger): Promise<void> {
+    await this.ticks.set(cronSessionKey(job.id), record).catch((err: unknown) => log.warn({ err: (err as Error).message }, "cron job tick not recorded: if the daemon stops now, it may be missed or run twice"));
   }
 
   /** The agent a job names, or the default one. */
