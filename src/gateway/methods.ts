@@ -7,7 +7,7 @@ import type { App } from "../app.js";
 import type { OutboundTarget } from "../channels/types.js";
 import type { RunOutcome } from "../agents/runtime.js";
 import { classifySessionKind, isSubagentKey, agentIdFromKey, normalizeAgentId, MAIN_KEY, displayKey, nodeSessionKey } from "../sessions/keys.js";
-import { normalizeDeliveryContext, sameDestination } from "../sessions/entry.js";
+import { normalizeDeliveryContext, sameDestination, type DeliveryContext } from "../sessions/entry.js";
 import { toSessionRow } from "../sessions/rows.js";
 import { SessionNotFoundError } from "../sessions/session-store.js";
 import { replyText } from "../inbound/router.js";
@@ -124,7 +124,7 @@ export function createHandlers(app: App, version: string): Handlers {
         }
       }
       if (p.spawnedBy !== undefined) {
-        if (!isSubagentKey(key)) throw new GatewayError("INVALID_REQUEST", `spawnedBy is only for sub-agent sessions (agent:<id>:subagent:<uuid>), not ${key}`);
+        requireSubagentKey(key);
         if (existing?.spawnedBy && existing.spawnedBy !== p.spawnedBy) throw new GatewayError("INVALID_REQUEST", `spawnedBy cannot be changed once set (${existing.spawnedBy})`);
       }
       const { key: _key, ...fields } = p;
@@ -221,6 +221,7 @@ export function createHandlers(app: App, version: string): Handlers {
         const keyAgent = agentOfKey(sessionKey);
         if (p.agentId && keyAgent !== agentId && sessionKey.startsWith("agent:")) throw new GatewayError("INVALID_REQUEST", `agent "${agentId}" does not match session key agent "${keyAgent}"`);
         checkPolicy(sessionKey, p.channel === "last" ? undefined : p.channel);
+        if (p.spawnedBy) requireSubagentKey(sessionKey);
         const existing = sessions().get(sessionKey);
         // Labels name one session (sessions.patch refuses a taken one): a label already in use goes
         // on as the display name, as sessions_spawn does, or resolving it would fail for both.
@@ -229,6 +230,8 @@ export function createHandlers(app: App, version: string): Handlers {
           ...(p.label && !existing?.label ? (labelFree ? { label: p.label } : existing?.displayName ? {} : { displayName: p.label }) : {}),
           ...(p.spawnedBy && !existing?.spawnedBy ? { spawnedBy: app.canonicalKey(p.spawnedBy) } : {}),
         });
+        // A delivered run's chat is where its reply goes: what it spawns is announced there too (R37).
+        const route = p.deliver ? deliveryRoute(app, sessionKey, p) : undefined;
         const started = app.runtime.start({
           sessionKey,
           agentId: keyAgent,
@@ -238,10 +241,11 @@ export function createHandlers(app: App, version: string): Handlers {
           extraSystemPrompt: p.extraSystemPrompt,
           provenance: p.inputProvenance,
           ...(p.timeout !== undefined ? { timeoutMs: p.timeout * 1000 } : {}),
+          ...(route ? { origin: route } : {}),
         });
         acceptedAt = started.info.acceptedAt;
         done = started.done.then(async (outcome) => {
-          if (p.deliver && outcome.status === "ok" && outcome.reply) await deliverReply(app, sessionKey, runId, p, outcome.reply);
+          if (p.deliver && outcome.status === "ok" && outcome.reply) await deliverReply(app, sessionKey, runId, deliveryRoute(app, sessionKey, p), outcome.reply);
           return outcome;
         });
       }
@@ -326,6 +330,14 @@ export function createHandlers(app: App, version: string): Handlers {
   };
 }
 
+/**
+ * spawnedBy is what a sandboxed session sees by (R42): only a key sessions_spawn mints may carry
+ * one, or an operator call could hand a sandboxed session any chat's history.
+ */
+function requireSubagentKey(key: string): void {
+  if (!isSubagentKey(key)) throw new GatewayError("INVALID_REQUEST", `spawnedBy is only for sub-agent sessions (agent:<id>:subagent:<uuid>), not ${key}`);
+}
+
 function outcomeOf(info: ReturnType<App["runtime"]["get"]>): RunOutcome {
   const usage = info?.usage ?? { input: 0, output: 0 };
   if (info?.status === "ok") return { status: "ok", reply: info.reply ?? "", usage, model: info.model };
@@ -333,10 +345,13 @@ function outcomeOf(info: ReturnType<App["runtime"]["get"]>): RunOutcome {
   return { status: "timeout", error: info?.error ?? "run did not finish", usage };
 }
 
-async function deliverReply(app: App, sessionKey: string, runId: string, p: MethodParams<"agent">, reply: string): Promise<void> {
-  const entry = app.sessions.get(sessionKey);
+/** Where an `agent` call with `deliver` posts: its explicit channel/to, else the session's own route. */
+function deliveryRoute(app: App, sessionKey: string, p: MethodParams<"agent">): DeliveryContext | undefined {
   const explicit = p.channel && p.channel !== "last" && p.to ? normalizeDeliveryContext({ channel: p.channel, to: p.to, accountId: p.accountId, threadId: p.threadId === undefined ? undefined : String(p.threadId) }) : undefined;
-  const route = explicit ?? entry?.deliveryContext;
+  return explicit ?? app.sessions.get(sessionKey)?.deliveryContext;
+}
+
+async function deliverReply(app: App, sessionKey: string, runId: string, route: DeliveryContext | undefined, reply: string): Promise<void> {
   if (!route) {
     app.log.warn({ sessionKey, runId }, "agent deliver requested but the session has no delivery route");
     return;

@@ -106,7 +106,9 @@ async function handle(app: App, req: http.IncomingMessage, log: pino.Logger): Pr
   const runAgent = agentIdFromKey(sessionKey, existing?.agentId ?? agentId);
   if (!existing) await app.sessions.upsert(sessionKey, runAgent);
   // A concurrent repeat may have started the run meanwhile: start() then hands that one back.
-  const { done, info } = app.runtime.start({ sessionKey, agentId: runAgent, message: p.message, runId, provenance: { kind: "external_user" }, sender: { id: "hook" } });
+  // A delivering hook's chat is the run's chat: what it spawns is announced there too (R37).
+  const origin = p.deliver ? target : undefined;
+  const { done, info } = app.runtime.start({ sessionKey, agentId: runAgent, message: p.message, runId, provenance: { kind: "external_user" }, sender: { id: "hook" }, ...(origin ? { origin } : {}) });
   if (p.deliver && target) {
     void done.then(async (outcome) => {
       const text = replyText(outcome);

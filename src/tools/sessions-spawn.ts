@@ -83,7 +83,8 @@ export function createSessionsSpawnTool(app: App, subagents: SubagentRegistry): 
           lane: "subagent",
           extraSystemPrompt: subagentContextPrompt({ task: p.task, label: p.label, requesterKey: displayKey(ctx.sessionKey), requesterChannel, childKey: childSessionKey }),
           provenance: { kind: "inter_session", sourceSessionKey: ctx.sessionKey, sourceChannel: requesterChannel, sourceTool: "sessions_spawn" },
-          ...(p.runTimeoutSeconds ? { timeoutMs: Math.round(p.runTimeoutSeconds * 1000) } : {}),
+          // At least 1 ms: to the runtime 0 means no limit at all, which a tiny limit is not.
+          ...(p.runTimeoutSeconds ? { timeoutMs: Math.max(1, Math.round(p.runTimeoutSeconds * 1000)) } : {}),
           ...(model ? { model } : {}),
         });
       } catch (err) {

@@ -129,6 +129,15 @@ describe("telegram mapUpdate: commands addressed to bots", () => {
     expect(mapped(upd(msg(group, { text }))).text).toBe(out);
   });
 
+  it("D3 a leading mention of us addresses the bot: \"@OurBot /send off\" reads as \"/send off\"; another user's mention stays as typed", () => {
+    const text = (t: string, handle: string) => mapped(upd(msg(group, { text: t, entities: mention(t, handle) }))).text;
+    expect(text("@SwitchboardTestBot /send off", "@SwitchboardTestBot")).toBe("/send off");
+    expect(text("@switchboardtestbot: /status", "@switchboardtestbot")).toBe("/status");
+    expect(text("@alice /send off", "@alice")).toBe("@alice /send off");
+    expect(text("@SwitchboardTestBot hello /send off", "@SwitchboardTestBot")).toBe("hello /send off");
+    expect(mapped(upd(msg(group, { text: "Bot /send off", entities: [{ type: "text_mention", offset: 0, length: 3, user: { id: BOT.id, is_bot: true, first_name: "Bot" } }] }))).text).toBe("/send off");
+  });
+
   it("C4 a command for another bot is left as is by normalizeCommand, and the message is not ours: ignored (text or caption)", () => {
     expect(normalizeCommand("/send@OtherBot off", BOT.username)).toEqual({ text: "/send@OtherBot off", addressedToUs: false });
     // C7: a longer bot name that starts with ours is another bot.

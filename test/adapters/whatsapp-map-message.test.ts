@@ -134,6 +134,17 @@ describe("mapInbound edge cases", () => {
     expect(await mapInbound(group, ctx)).toMatchObject({ forwarded: true, wasMentioned: false });
   });
 
+  it.each<[string, string, string[], string]>([
+    ["our number before a command", "@15550000001 /send off", ["15550000001@s.whatsapp.net"], "/send off"],
+    ["our LID before a command", "@90000000000001: /status", ["90000000000001@lid"], "/status"],
+    ["someone else before a command", "@15559999999 /send off", ["15559999999@s.whatsapp.net"], "@15559999999 /send off"],
+    ["our number as plain text, not a mention", "@15550000001 /send off", [], "@15550000001 /send off"],
+    ["our number before words", "@15550000001 hello /send off", ["15550000001@s.whatsapp.net"], "hello /send off"],
+  ])("D3 a leading mention: %s", async (_name, text, mentionedJid, out) => {
+    const group = dm({ key: { remoteJid: "120363000000000001@g.us", id: "G6", fromMe: false, participant: "15551234567@s.whatsapp.net" }, message: { extendedTextMessage: { text, contextInfo: { mentionedJid } } } });
+    expect((await mapInbound(group, ctx))?.text).toBe(out);
+  });
+
   it("a DM quoting one of our message ids counts as a mention", async () => {
     const reply = await mapInbound(dm({ message: { extendedTextMessage: { text: "yes", contextInfo: { stanzaId: "OURS" } } } }), ctx);
     expect(reply?.wasMentioned).toBe(true);

@@ -13,7 +13,7 @@ import type { AgentTool } from "../../src/tools/types.js";
 import { FakeModelServer, type ModelReply, type ModelRequest } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
-import { call, callViaGateway, callViaTelegram, crossDeadline, features, lastToolResult, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
+import { call, callViaGateway, callViaTelegram, crossDeadline, features, lastToolResult, lastUserText, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
 
 const GROUP_PEER = "-100777";
 const REQ = `agent:main:telegram:group:${GROUP_PEER}`;
@@ -257,7 +257,7 @@ describe("sub-agent announce", () => {
     expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toMatchObject({ sessionKey: `${REQ}:topic:9`, kind: "announce", state: "sent" });
     const [step] = requestsOf("subagent-announce");
     expect(sessionOf(step)).toBe(result.childSessionKey);
-    expect(h!.app.runtime.get(`${result.runId}:announce`)).toMatchObject({ sessionKey: result.childSessionKey, lane: "subagent" });
+    expect(h!.app.runtime.get(`${result.runId}:announce`)).toMatchObject({ sessionKey: result.childSessionKey, lane: "nested" });
     expect(systemOf(step)).toContain("Subagent announce step:\nYour task run has ended: completed.");
   });
 
@@ -296,6 +296,67 @@ describe("sub-agent announce", () => {
     expect(h!.app.outbox.get(`subagent-announce:${result.runId}`)).toBeUndefined();
     expect(features(h!).subagents.get(result.runId)).toMatchObject({ announcedAt: expect.any(Number) });
     expect(telegram.sent).toEqual([]);
+  });
+
+  it("R37 D4 spawned by a webhook run that delivers to a chat, the announce goes to that chat (the requester's chat at spawn time)", async () => {
+    const token = "hook-secret-0123456789";
+    await boot({ hooks: { enabled: true, token } });
+    script = (_req, step) => (step === "subagent-announce" ? { content: "Result: the build is green" } : undefined);
+    const res = await fetch(`${h!.url.replace("ws://", "http://")}hooks/agent`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+      body: JSON.stringify({ message: call("sessions_spawn", { task: "check the build" }), deliver: true, channel: "telegram", to: GROUP_PEER }),
+    });
+    expect(res.status).toBe(202);
+    const { sessionKey } = (await res.json()) as { sessionKey: string };
+    await settle(h!);
+    const spawned = await lastToolResult(h!.app, sessionKey);
+    expect(spawned).toMatchObject({ status: "accepted" });
+    expect(h!.app.outbox.get(`subagent-announce:${spawned.runId}`)).toMatchObject({ sessionKey, target: { channel: "telegram", to: GROUP_PEER } });
+    expect(announcesIn(GROUP_PEER).map((t) => t.split("\n")[1])).toEqual(["Result: the build is green"]);
+  });
+
+  it("R37 D4 spawned by a gateway agent call that delivers to an explicit chat, the announce goes to that chat", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent-announce" ? { content: "Result: for the chat" } : undefined);
+    const client = await h!.client();
+    await client.request("agent", { sessionKey: "agent:main:ops", message: call("sessions_spawn", { task: "t" }), deliver: true, channel: "telegram", to: GROUP_PEER, idempotencyKey: randomUUID() }, { expectFinal: true });
+    await settle(h!);
+    const spawned = await lastToolResult(h!.app, "agent:main:ops");
+    expect(h!.app.outbox.get(`subagent-announce:${spawned.runId}`)).toMatchObject({ sessionKey: "agent:main:ops", target: { channel: "telegram", to: GROUP_PEER } });
+    expect(announcesIn(GROUP_PEER).map((t) => t.split("\n")[1])).toEqual(["Result: for the chat"]);
+  });
+
+  it("R37 a finished child is announced while other children still hold every sub-agent slot", async () => {
+    await boot({ agents: { ...AGENTS, defaults: { subagents: { maxConcurrent: 1 } } } });
+    const gate = () => {
+      let open!: () => void;
+      const opened = new Promise<void>((resolve) => (open = resolve));
+      return { open, opened };
+    };
+    const first = gate();
+    const second = gate();
+    script = async (req, step) => {
+      if (step !== "subagent") return step === "subagent-announce" ? { content: "Result: done" } : undefined;
+      await (lastUserText(req) === "first" ? first : second).opened;
+      return { content: `${lastUserText(req)} done` };
+    };
+    try {
+      const a = await spawn({ task: "first" });
+      const b = await spawn({ task: "second" });
+      await vi.waitFor(() => expect(h!.app.runtime.get(a.runId)?.status).toBe("running"));
+      expect(h!.app.runtime.get(b.runId)?.status).toBe("queued");
+      // The first child ends; the second takes the only slot and works on.
+      first.open();
+      await vi.waitFor(() => expect(h!.app.runtime.get(b.runId)?.status).toBe("running"));
+      await vi.waitFor(() => expect(h!.app.outbox.get(`subagent-announce:${a.runId}`)?.state).toBe("sent"), { timeout: 5000, interval: 20 });
+      expect(h!.app.runtime.get(b.runId)?.status).toBe("running");
+    } finally {
+      first.open();
+      second.open();
+    }
+    await settle(h!);
+    expect(announcesIn(GROUP_PEER)).toHaveLength(2);
   });
 
   it("R41 the stats runtime counts from the run's start: time queued for a sub-agent slot is not runtime", async () => {
@@ -366,6 +427,15 @@ describe("sub-agent announce", () => {
     expect(h!.app.runtime.get(result.runId)?.status).toBe("timeout");
     const [text] = announcesIn(GROUP_PEER);
     expect(text.split("\n").slice(0, 3)).toEqual(["Status: timeout", "Result: I ran out of time.", expect.stringMatching(/^Notes: run timed out after/)]);
+  });
+
+  it("R39 a runTimeoutSeconds below a millisecond is still a limit: the child times out instead of running unbounded", async () => {
+    await boot();
+    script = (_req, step) => (step === "subagent" ? { delayMs: 3000, content: "too late" } : step === "subagent-announce" ? { content: "Result: no time at all." } : undefined);
+    const result = await spawn({ task: "slow", runTimeoutSeconds: 0.0001 });
+    await settle(h!);
+    expect(h!.app.runtime.get(result.runId)?.status).toBe("timeout");
+    expect(announcesIn(GROUP_PEER)[0].split("\n")[0]).toBe("Status: timeout");
   });
 
   it("R38 replying exactly ANNOUNCE_SKIP stays silent", async () => {

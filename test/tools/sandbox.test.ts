@@ -96,6 +96,18 @@ describe("R42 sandboxed session, sessionToolsVisibility spawned (default)", () =
     expect(w.h.model.requests.filter((r) => stepOf(r) === "a2a-message")).toHaveLength(0);
   });
 
+  it("R42 a gateway agent call cannot hand a sandboxed session another session: spawnedBy is refused on a key sessions_spawn never mints", async () => {
+    const w = await boot({ mode: "non-main" });
+    const client = await w.h.client();
+    await expect(
+      client.request("agent", { sessionKey: OTHER_KEY, spawnedBy: `agent:main:telegram:group:${SANDBOXED}`, message: "hi", idempotencyKey: "spawned-by-other" }),
+    ).rejects.toMatchObject({ code: "INVALID_REQUEST", message: expect.stringMatching(/^spawnedBy is only for sub-agent sessions/) });
+    await settle(w.h);
+    expect(w.h.app.sessions.require(OTHER_KEY).spawnedBy).toBeUndefined();
+    expect((await w.tool("sessions_list")).sessions.map((r: any) => r.key)).toEqual([w.ownChild]);
+    expect(await w.tool("sessions_history", { sessionKey: OTHER_KEY })).toEqual(forbidden(OTHER_KEY));
+  });
+
   it("R42 sessions_send reaches its own child, by key or label", async () => {
     const w = await boot({ mode: "non-main" });
     expect(await w.tool("sessions_send", { sessionKey: w.ownChild, message: "status?", timeoutSeconds: 5 })).toMatchObject({ status: "ok", reply: "echo: status?", sessionKey: w.ownChild });

@@ -184,7 +184,9 @@ export class SubagentRegistry {
           agentId: run.childAgentId,
           message: SUBAGENT_ANNOUNCE_MESSAGE,
           runId: `${run.runId}:announce`,
-          lane: "subagent",
+          // Not the sub-agent lane: there a finished child's announce would wait for a slot behind
+          // the children still working, and its result would reach the chat only once they end.
+          lane: "nested",
           extraSystemPrompt: subagentAnnouncePrompt({ task: run.task, label: run.label, requesterKey: run.requesterSessionKey, requesterChannel: run.requesterChannel, childKey: run.childSessionKey, status: outcome.status, error: outcome.error, finalReply: outcome.reply }),
           provenance: { kind: "internal_system" },
           timeoutMs: ANNOUNCE_STEP_TIMEOUT_MS,
