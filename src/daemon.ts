@@ -10,7 +10,7 @@ import type { AdapterContext, ChannelAdapter } from "./channels/types.js";
 import type { Config } from "./config/schema.js";
 import type { RunEvent } from "./agents/runtime.js";
 import { Gateway } from "./gateway/server.js";
-import { normalizeAgentId } from "./sessions/keys.js";
+import { displayKey, normalizeAgentId } from "./sessions/keys.js";
 import { createWebchatAdapter } from "./web/webchat-adapter.js";
 import { within } from "./util/within.js";
 import { VERSION } from "./version.js";
@@ -61,10 +61,12 @@ export class Daemon {
     this.serveWebchat();
     for (const plugin of this.opts.plugins ?? []) await plugin(this);
     if (config.channels.webchat.enabled) this.app.registerAdapter(createWebchatAdapter((event, payload) => this.gateway.broadcast(event, payload)));
-    // Operators see run lifecycles live (queued → start → end) as `agent` events.
-    this.app.runtime.events.on("run", (ev: RunEvent) =>
-      this.gateway.broadcast("agent", ev.phase === "end" ? { runId: ev.runId, sessionKey: ev.sessionKey, phase: "end", status: ev.outcome.status } : { runId: ev.runId, sessionKey: ev.sessionKey, phase: ev.phase }),
-    );
+    // Operators see run lifecycles live (queued → start → end) as `agent` events, the session
+    // named as every gateway answer names it (the global bucket as `main`, R6).
+    this.app.runtime.events.on("run", (ev: RunEvent) => {
+      const sessionKey = displayKey(ev.sessionKey);
+      this.gateway.broadcast("agent", ev.phase === "end" ? { runId: ev.runId, sessionKey, phase: "end", status: ev.outcome.status } : { runId: ev.runId, sessionKey, phase: ev.phase });
+    });
     // Adapters exist before unfinished work resumes (so resumed replies find their channel),
     // but only start listening after it, so resumed messages keep their place in each session.
     const adapters = await this.createChannels();

@@ -21,6 +21,8 @@ export interface CallContext {
   nodeId?: string;
   /** Broadcast an event to every operator connection. */
   broadcast(event: string, payload: unknown): void;
+  /** Run `fn` once this request is answered (its first answer, for `agent`): events follow their response. */
+  afterResponse(fn: () => void): void;
 }
 
 export interface TwoPhase {
@@ -183,17 +185,28 @@ export function createHandlers(app: App, version: string): Handlers {
       // Owner commands run in a denied session too: `/send on` must be able to undo `/send off`.
       if (!parseCommand(p.message)) checkPolicy(key, "webchat");
       const answer = (async (): Promise<ChatSendAnswer> => {
-        const result = await app.router.chatSend({ sessionKey: key, agentId, text: p.message, runId });
+        const result = await app.router.chatSend({ sessionKey: key, agentId, text: p.message, runId, timeoutMs: p.timeoutMs });
         if (result.kind === "command") {
-          ctx.broadcast("chat", { runId, sessionKey: displayKey(key), state: "final", message: { role: "assistant", content: [{ type: "text", text: result.reply }] } });
+          ctx.afterResponse(() => ctx.broadcast("chat", { runId, sessionKey: displayKey(key), state: "final", message: { role: "assistant", content: [{ type: "text", text: result.reply }] } }));
           // The reply too: a client whose connection lost the `chat` event gets it from a repeat.
           const done: ChatSendAnswer = { runId, status: "ok", command: true, reply: result.reply };
           commandAnswers.set(runId, done);
           return done;
         }
-        void result.done.then((outcome) => {
-          if (outcome.status !== "ok") ctx.broadcast("chat", { runId, sessionKey: displayKey(key), state: "error", errorMessage: outcome.error });
-        });
+        // Every run ends in a `chat` event: a reply shown in web chat is its `final` (sent by the
+        // web chat adapter); a silent one (NO_REPLY) or one the outbox did not send still ends
+        // with a `final`, without a message, or a client would wait for it forever.
+        const sessionKey = displayKey(key);
+        result.done.then(
+          ({ outcome, shown }) => {
+            if (outcome.status !== "ok") ctx.broadcast("chat", { runId, sessionKey, state: "error", errorMessage: outcome.error });
+            else if (!shown) ctx.broadcast("chat", { runId, sessionKey, state: "final" });
+          },
+          (err: unknown) => {
+            app.log.error({ err, runId, sessionKey }, "chat.send reply could not be queued for web chat");
+            ctx.broadcast("chat", { runId, sessionKey, state: "error", errorMessage: `the reply could not be delivered: ${(err as Error).message}` });
+          },
+        );
         return { runId, status: "started" };
       })();
       chatSending.set(runId, answer);
@@ -345,18 +358,26 @@ function outcomeOf(info: ReturnType<App["runtime"]["get"]>): RunOutcome {
   return { status: "timeout", error: info?.error ?? "run did not finish", usage };
 }
 
-/** Where an `agent` call with `deliver` posts: its explicit channel/to, else the session's own route. */
-function deliveryRoute(app: App, sessionKey: string, p: MethodParams<"agent">): DeliveryContext | undefined {
-  const explicit = p.channel && p.channel !== "last" && p.to ? normalizeDeliveryContext({ channel: p.channel, to: p.to, accountId: p.accountId, threadId: p.threadId === undefined ? undefined : String(p.threadId) }) : undefined;
-  return explicit ?? app.sessions.get(sessionKey)?.deliveryContext;
-}
-
 async function deliverReply(app: App, sessionKey: string, runId: string, route: DeliveryContext | undefined, reply: string): Promise<void> {
   if (!route) {
-    app.log.warn({ sessionKey, runId }, "agent deliver requested but the session has no delivery route");
+    app.log.warn({ sessionKey, runId }, "agent deliver requested but no destination: the session has no route on that channel and no `to` was given");
     return;
   }
   await app.outbox.enqueue({ id: `agent:${runId}`, sessionKey, target: { channel: route.channel, accountId: route.accountId ?? app.defaultAccountId(route.channel), to: route.to, ...(route.threadId ? { threadId: route.threadId } : {}) }, text: replyText({ status: "ok", reply, usage: { input: 0, output: 0 } }), kind: "reply" });
+}
+
+/**
+ * Where `agent` delivers, as the reference plans it: `channel` defaults to "last" (the session's
+ * own); `to` is the one given, else the session's own chat when the channel is the session's.
+ * A `to` given is never dropped for the session's chat, nor a channel given for its channel.
+ */
+function deliveryRoute(app: App, sessionKey: string, p: MethodParams<"agent">): DeliveryContext | undefined {
+  const last = app.sessions.get(sessionKey)?.deliveryContext;
+  const channel = p.channel && p.channel !== "last" ? p.channel : last?.channel;
+  if (!channel) return undefined;
+  const own = channel === last?.channel ? last : undefined;
+  if (!p.to) return own;
+  return normalizeDeliveryContext({ channel, to: p.to, accountId: p.accountId ?? own?.accountId, threadId: p.threadId === undefined ? undefined : String(p.threadId) });
 }
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {

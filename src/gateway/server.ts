@@ -24,6 +24,7 @@ import {
   type MethodName,
   type ResponseFrame,
 } from "./protocol.js";
+import { displayKey } from "../sessions/keys.js";
 import { safeParse } from "../util/safe-parse.js";
 
 export type HttpRoute = (req: http.IncomingMessage, res: http.ServerResponse, url: URL) => Promise<void> | void;
@@ -103,7 +104,7 @@ export class Gateway {
         resolve();
       });
     });
-    this.tick = setInterval(() => this.broadcast("tick", { ts: Date.now() }), this.app.config.gateway.tickIntervalMs);
+    this.tick = setInterval(() => this.sendTick(), this.app.config.gateway.tickIntervalMs);
     this.tick.unref();
     const addr = this.server.address() as AddressInfo;
     return { host: addr.address, port: addr.port };
@@ -118,10 +119,21 @@ export class Gateway {
     for (const c of this.conns) if (c.state === "ready" && c.role === "operator") this.sendEvent(c, event, payload);
   }
 
+  /**
+   * The keep-alive of every connection that finished its handshake, nodes included: its clients
+   * (the reference's too) drop a connection that has no tick for two intervals. It carries no
+   * session content, unlike the operator-only events of broadcast().
+   */
+  private sendTick(): void {
+    const payload = { ts: Date.now() };
+    for (const c of this.conns) if (c.state === "ready") this.sendEvent(c, "tick", payload);
+  }
+
   async close(): Promise<void> {
     clearInterval(this.tick);
     for (const c of this.conns) {
-      this.sendEvent(c, "shutdown", { reason: "daemon stopping" });
+      // Before its handshake a socket gets connect.challenge only (interfaces §3); the close says it.
+      if (c.state === "ready") this.sendEvent(c, "shutdown", { reason: "daemon stopping" });
       c.ws.close(1012, "daemon stopping");
     }
     this.wss.close();
@@ -159,28 +171,30 @@ export class Gateway {
 
   private async onFrame(conn: Connection, data: Buffer, isBinary: boolean): Promise<void> {
     const maxPayload = this.app.config.gateway.maxPayload;
+    // Before the handshake only a `connect` request may come: anything else closes the socket.
+    const handshaking = conn.state === "handshake";
     if (data.length > maxPayload) {
-      return this.sendError(conn, guessId(data), { code: "INVALID_REQUEST", message: `frame too large: ${data.length} bytes (maxPayload ${maxPayload})` });
+      return this.sendError(conn, guessId(data), { code: "INVALID_REQUEST", message: `frame too large: ${data.length} bytes (maxPayload ${maxPayload})` }, handshaking);
     }
-    if (isBinary) return this.sendError(conn, null, { code: "INVALID_REQUEST", message: "binary frames are not supported; send JSON text frames" });
+    if (isBinary) return this.sendError(conn, null, { code: "INVALID_REQUEST", message: "binary frames are not supported; send JSON text frames" }, handshaking);
     let raw: unknown;
     try {
       raw = JSON.parse(data.toString("utf8"));
     } catch (err) {
-      return this.sendError(conn, guessId(data), { code: "INVALID_REQUEST", message: `invalid JSON: ${(err as Error).message}` }, conn.state === "handshake");
+      return this.sendError(conn, guessId(data), { code: "INVALID_REQUEST", message: `invalid JSON: ${(err as Error).message}` }, handshaking);
     }
     const parsed = safeParse(RequestFrame, raw);
     if (!parsed.success) {
       const id = typeof (raw as { id?: unknown })?.id === "string" ? (raw as { id: string }).id : null;
-      return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `invalid frame: ${describeZodError(parsed.error)}` }, conn.state === "handshake");
+      return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `invalid frame: ${describeZodError(parsed.error)}` }, handshaking);
     }
     const frame = parsed.data;
     // JSON's "\ud800" escapes make strings no UTF-8 store can keep: a key written to SQLite
     // would come back as U+FFFD, a different key (fuzz-found). Refused at the boundary.
     if (hasLoneSurrogate(frame)) {
-      return this.sendError(conn, hasLoneSurrogate(frame.id) ? null : frame.id, { code: "INVALID_REQUEST", message: "invalid frame: strings must be well-formed Unicode (lone surrogate found)" }, conn.state === "handshake");
+      return this.sendError(conn, hasLoneSurrogate(frame.id) ? null : frame.id, { code: "INVALID_REQUEST", message: "invalid frame: strings must be well-formed Unicode (lone surrogate found)" }, handshaking);
     }
-    if (conn.state === "handshake") return this.handshake(conn, frame.id, frame.method, frame.params);
+    if (handshaking) return this.handshake(conn, frame.id, frame.method, frame.params);
     await this.dispatch(conn, frame.id, frame.method, frame.params);
   }
 
@@ -212,7 +226,8 @@ export class Gateway {
         protocol,
         server: { version: this.version, connId: conn.connId },
         features: { methods: Object.keys(Params), events: [...EVENTS] },
-        snapshot: { sessionDefaults: { defaultAgentId, mainKey: "main", mainSessionKey: this.app.canonicalKey("main", defaultAgentId), scope: this.app.config.session.scope } },
+        // As every answer names it: the global bucket is `main` (R6).
+        snapshot: { sessionDefaults: { defaultAgentId, mainKey: "main", mainSessionKey: displayKey(this.app.canonicalKey("main", defaultAgentId)), scope: this.app.config.session.scope } },
         auth: { method: "token", role: conn.role, scopes: conn.scopes },
         policy: { maxPayload: this.app.config.gateway.maxPayload, maxBufferedBytes: MAX_BUFFERED_BYTES, tickIntervalMs: this.app.config.gateway.tickIntervalMs },
       },
@@ -230,11 +245,14 @@ export class Gateway {
     }
     const parsed = safeParse(Params[name], params ?? {});
     if (!parsed.success) return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `invalid ${method} params: ${describeZodError(parsed.error)}` });
-    const ctx: CallContext = { connId: conn.connId, role: conn.role, nodeId: conn.nodeId, broadcast: (event, payload) => this.broadcast(event, payload) };
+    const afterResponse: Array<() => void> = [];
+    const answered = () => afterResponse.splice(0).forEach((fn) => fn());
+    const ctx: CallContext = { connId: conn.connId, role: conn.role, nodeId: conn.nodeId, broadcast: (event, payload) => this.broadcast(event, payload), afterResponse: (fn) => afterResponse.push(fn) };
     try {
       const result = await (this.handlers[name] as (p: unknown, c: CallContext) => Promise<unknown>)(parsed.data, ctx);
       if (isTwoPhase(result)) {
         this.sendRes(conn, { type: "res", id, ok: true, payload: result.first });
+        answered();
         const final = await result.final;
         if (final.ok) this.sendRes(conn, { type: "res", id, ok: true, payload: final.payload });
         else this.sendRes(conn, { type: "res", id, ok: false, error: toErrorShape(final.error), payload: final.payload });
@@ -244,6 +262,8 @@ export class Gateway {
     } catch (err) {
       if (!(err instanceof GatewayError)) this.log.error({ err, method }, "gateway method failed");
       this.sendError(conn, id, toErrorShape(err));
+    } finally {
+      answered();
     }
   }
 

@@ -252,9 +252,10 @@ export class InboundRouter {
   /**
    * Web chat / operator `chat.send` (the gateway already checked the token, scope and R29). The
    * operator is authenticated, so commands are allowed; the reply goes back to web chat through
-   * the outbox, addressed to the session, with the runId as the message it answers.
+   * the outbox, addressed to the session, with the runId as the message it answers. A run's `done`
+   * says whether its reply reached web chat (`shown`): a silent or suppressed one did not.
    */
-  async chatSend(p: { sessionKey: string; agentId: string; text: string; runId: string }): Promise<{ kind: "command"; reply: string } | { kind: "run"; done: Promise<RunOutcome> }> {
+  async chatSend(p: { sessionKey: string; agentId: string; text: string; runId: string; timeoutMs?: number }): Promise<{ kind: "command"; reply: string } | { kind: "run"; done: Promise<{ outcome: RunOutcome; shown: boolean }> }> {
     const { outbox } = this.deps;
     const command = parseCommand(p.text);
     const scope = { sessionKey: p.sessionKey, agentId: p.agentId, channel: "webchat" as const };
@@ -270,12 +271,11 @@ export class InboundRouter {
       return { kind: "command", reply: result.reply };
     }
     const { sessionId } = await this.recordWebchat(p);
-    const { done } = this.deps.runtime.start({ sessionKey: p.sessionKey, agentId: p.agentId, message: p.text, runId: p.runId, userMessageRecorded: true, sessionId, origin: { channel: "webchat", to: p.sessionKey, accountId: "default" } });
+    const { done } = this.deps.runtime.start({ sessionKey: p.sessionKey, agentId: p.agentId, message: p.text, runId: p.runId, userMessageRecorded: true, sessionId, origin: { channel: "webchat", to: p.sessionKey, accountId: "default" }, ...(p.timeoutMs !== undefined ? { timeoutMs: p.timeoutMs } : {}) });
     const delivered = done.then(async (outcome) => {
-      if (outcome.status === "ok" && outcome.reply && !isSkipToken(outcome.reply, NO_REPLY)) {
-        await outbox.enqueue({ id: `reply:webchat:${p.runId}`, sessionKey: p.sessionKey, target: { channel: "webchat", accountId: "default", to: p.sessionKey, replyToMessageId: p.runId }, text: outcome.reply, kind: "reply", inChat: true });
-      }
-      return outcome;
+      if (outcome.status !== "ok" || !replyText(outcome)) return { outcome, shown: false };
+      const sent = await outbox.enqueue({ id: `reply:webchat:${p.runId}`, sessionKey: p.sessionKey, target: { channel: "webchat", accountId: "default", to: p.sessionKey, replyToMessageId: p.runId }, text: outcome.reply, kind: "reply", inChat: true });
+      return { outcome, shown: (await sent.done).status === "sent" };
     });
     return { kind: "run", done: delivered };
   }

@@ -11,7 +11,8 @@ export function createWebchatAdapter(broadcast: (event: string, payload: unknown
   return {
     channel: "webchat",
     accountId: "default",
-    textChunkLimit: 100_000,
+    // A reply is one `chat` event, its run's one `final`: a page has no message size to respect.
+    textChunkLimit: Number.MAX_SAFE_INTEGER,
     async start() {},
     async stop() {},
     async send(target: OutboundTarget, text: string): Promise<SendReceipt> {

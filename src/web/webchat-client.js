@@ -223,8 +223,11 @@ export class ChatView {
    * @type {Map<string, {text: string, accepted: boolean, carried: boolean}>}
    */
   #awaiting = new Map();
-  /** Runs whose reply the last reloads read from the transcript: their `chat` event is a repeat. */
-  #fromHistory = new Set();
+  /**
+   * Runs whose reply is shown already, read from the transcript by the last reloads or given in a
+   * command's answer: their `chat` event is a repeat.
+   */
+  #shown = new Set();
   /** `chat.send` requests not yet answered. */
   #sends = new Set();
   #generation = 0;
@@ -249,7 +252,7 @@ export class ChatView {
   open(sessionKey) {
     this.#sessionKey = sessionKey;
     this.#awaiting.clear();
-    this.#fromHistory.clear();
+    this.#shown.clear();
     this.#buffered = [];
     return this.reload();
   }
@@ -269,7 +272,7 @@ export class ChatView {
     for (const run of runs) {
       if (!run || run.status === "timeout") continue;
       this.#awaiting.delete(run.runId);
-      if (run.status === "ok") this.#fromHistory.add(run.runId);
+      if (run.status === "ok") this.#shown.add(run.runId);
       else failed.push({ role: "error", text: run.error || RUN_FAILED });
     }
     // A send answered by now is in the history read next; one made meanwhile is shown from here.
@@ -310,11 +313,13 @@ export class ChatView {
       const answer = await sending;
       const run = this.#awaiting.get(runId);
       if (run && answer?.command) {
-        // A command is answered at once and has no run to wait for; its `chat` event was lost
-        // (a repeat after a reconnect is answered from the first time). A reload in progress
-        // rebuilds the conversation without it: commands are not in the transcript.
+        // A command is answered at once, with its reply, and has no run to wait for; its `chat`
+        // event follows the answer but may be lost with a connection (a repeat after a reconnect
+        // is answered from the first time), so the answer shows it. A reload in progress rebuilds
+        // the conversation without it (commands are not in the transcript): the event shows it.
         this.#awaiting.delete(runId);
         if (!this.#reloading) {
+          this.#shown.add(runId);
           this.items = this.items.map((item) => (item.pending && item.runId === runId ? { role: "assistant", text: answer.reply ?? "" } : item));
           this.#onChange();
         }
@@ -337,7 +342,7 @@ export class ChatView {
       return;
     }
     const { runId } = event;
-    if (runId && this.#fromHistory.has(runId)) return;
+    if (runId && this.#shown.has(runId)) return;
     if (event.state === "final" && runId && this.#awaiting.get(runId)?.carried) {
       // Waiting since before the last reload: whether that read had the reply is unknown, and the
       // transcript has it now. Reading it again shows it exactly once.
@@ -347,7 +352,8 @@ export class ChatView {
     }
     if (runId) this.#awaiting.delete(runId);
     this.items = this.items.filter((item) => !(item.pending && item.runId === runId));
-    if (event.state === "final") this.items.push({ role: "assistant", text: textOf(event.message) });
+    // A `final` without a message ends a run that stays silent (NO_REPLY): its placeholder goes.
+    if (event.state === "final" && event.message) this.items.push({ role: "assistant", text: textOf(event.message) });
     else if (event.state === "error") this.items.push({ role: "error", text: event.errorMessage || RUN_FAILED });
     this.#onChange();
   }

@@ -25,7 +25,7 @@ async function webchat(h: Harness) {
 
 runChannelContract({
   channel: "webchat",
-  chunkLimit: 100_000,
+  chunkLimit: Number.MAX_SAFE_INTEGER,
   groups: false,
   chunking: false,
   async start(): Promise<ContractContext> {

@@ -23,6 +23,16 @@ afterEach(async () => {
   conn = relay = h = undefined;
 });
 
+/**
+ * ws as a browser's WebSocket delivers messages: each as a task of its own, with the promise
+ * continuations of the one before run in between (ws's default runs a chunk's messages at once).
+ */
+class BrowserWebSocket extends WebSocket {
+  constructor(url: string) {
+    super(url, { allowSynchronousEvents: false });
+  }
+}
+
 interface PageOptions {
   responder?: Responder;
   config?: ConfigInput;
@@ -39,7 +49,7 @@ async function page(opts: PageOptions = {}) {
   conn = new GatewayConnection({
     url: `ws://127.0.0.1:${port}/`,
     token: opts.token,
-    WebSocket,
+    WebSocket: BrowserWebSocket,
     retryMs: opts.retryMs ?? [20],
     onStatus: opts.onStatus,
     onReady: () => void view.reload().then(() => state.reloads++),
@@ -256,7 +266,7 @@ function secondPage(sessionKey: string) {
   const other: { view?: ChatView; reloads: number } = { reloads: 0 };
   const tab = new GatewayConnection({
     url: h!.url,
-    WebSocket,
+    WebSocket: BrowserWebSocket,
     retryMs: [20],
     onReady: () => void other.view!.reload().then(() => other.reloads++),
     onEvent: (name, payload) => name === "chat" && other.view!.onChat(payload),
@@ -296,4 +306,22 @@ it("R6 with session.scope global, the page on `main` shows its replies as they c
   await p.view.send("anyone?");
   await vi.waitFor(() => expect(p.shown()).toEqual(["user: anyone?", "assistant: echo: anyone?"]));
   expect(events.map((e) => e.sessionKey)).toEqual(["main"]);
+});
+
+it("interfaces §3 a reply the agent keeps to itself (NO_REPLY) ends its placeholder: no '…' left waiting, no empty reply shown", async () => {
+  const p = await page({ responder: () => ({ content: "NO_REPLY" }) });
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  await p.view.send("just noting this");
+  await vi.waitFor(() => expect(p.shown()).toEqual(["user: just noting this"]));
+});
+
+it("interfaces §3 a chat command's reply is shown once, though it comes both in the answer and in the chat event that follows it", async () => {
+  const p = await page();
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  await p.view.send("/status");
+  // The event was sent on the page's connection right after the answer: before this one's answer.
+  await conn!.request("health", {});
+  expect(p.shown()).toEqual(["user: /status", expect.stringMatching(/^assistant: \S/)]);
 });
