@@ -283,7 +283,10 @@ export function createHandlers(app: App, version: string): Handlers {
 
     async send(p) {
       const accountId = p.accountId ?? app.defaultAccountId(p.channel);
-      const target: OutboundTarget = { channel: p.channel, accountId, to: p.to, ...(p.threadId !== undefined ? { threadId: String(p.threadId) } : {}) };
+      // Web chat addresses a chat by its session key: "main" is the main session's canonical key,
+      // the `to` its route records, or that session's policy would not be found for it.
+      const to = p.channel === "webchat" ? app.canonicalKey(p.to) : p.to;
+      const target: OutboundTarget = { channel: p.channel, accountId, to, ...(p.threadId !== undefined ? { threadId: String(p.threadId) } : {}) };
       // Without a key, the session living at exactly this destination governs it: a forum topic's
       // session is not its group's, nor one bot account's chat another's.
       const sessionKey = p.sessionKey ? resolveKey(p.sessionKey) : sessions().list({ limit: 1, where: (e) => sameDestination(e.deliveryContext, target) })[0]?.key;

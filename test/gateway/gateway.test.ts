@@ -346,6 +346,21 @@ describe("gateway methods", () => {
     expect(telegram.sent.map((m) => m.text)).toEqual(["echo: hello group"]);
   });
 
+  it("D2 send to web chat's main by the key callers use (\"main\") obeys the main session's policy, and reaches the page once allowed", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    // The page chats in main: the session's web chat route is its canonical key.
+    await c.request("chat.send", { sessionKey: "main", message: "hello page", idempotencyKey: "w1" });
+    await vi.waitFor(() => expect(h!.app.sessions.get("agent:main:main")?.deliveryContext).toMatchObject({ channel: "webchat", to: "agent:main:main" }));
+    await c.request("sessions.patch", { key: "main", sendPolicy: "deny" });
+    await expect(c.request("send", { channel: "webchat", to: "main", message: "sneaky notice", idempotencyKey: "w2" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: "send blocked by session policy" });
+    await c.request("sessions.patch", { key: "main", sendPolicy: null });
+    const events: Array<{ sessionKey: string; message?: { content: Array<{ text: string }> } }> = [];
+    c.on("event", (event: string, payload: (typeof events)[number]) => void (event === "chat" && events.push(payload)));
+    expect(await c.request("send", { channel: "webchat", to: "main", message: "allowed notice", idempotencyKey: "w3" })).toMatchObject({ status: "sent" });
+    await vi.waitFor(() => expect(events.map((e) => [e.sessionKey, e.message?.content[0]?.text])).toContainEqual(["agent:main:main", "allowed notice"]));
+  });
+
   it("D2 R6 with session.scope global, send without a sessionKey applies the policy of the global bucket that chats there", async () => {
     const telegram = new RecordingAdapter("telegram");
     h = await startHarness({ config: { session: { scope: "global" } }, adapters: [telegram] });
