@@ -17,7 +17,8 @@ import { canonicalizeKey, DEFAULT_ACCOUNT_ID, looksLikeSessionKey, type SessionK
 import type { SessionEntry } from "./sessions/entry.js";
 import { SessionNotFoundError, SessionStore } from "./sessions/session-store.js";
 import { TranscriptStore } from "./sessions/transcript.js";
-import { openKvStore, type KvStore } from "./store/kv.js";
+import { asAdapterKv } from "./store/adapter-kv.js";
+import { openKvStore, type KvSpace, type KvStore } from "./store/kv.js";
 import { lockStateDir, type StateLock } from "./store/state-lock.js";
 import type { AgentTool, ToolFilter, ToolScope, ToolSource } from "./tools/types.js";
 
@@ -159,14 +160,14 @@ export class App {
     return this.adapter(channel, DEFAULT_ACCOUNT_ID)?.accountId ?? DEFAULT_ACCOUNT_ID;
   }
 
-  /** A durable key/value space for an adapter (offsets, auth state). */
+  /** A durable key/value space for an adapter (offsets, registered commands). */
   adapterKv(channel: string, accountId: string): AdapterKv {
-    const space = this.kv.space<unknown>(`adapter:${channel}:${accountId}`);
-    return {
-      get: async <T>(key: string) => (await space.get(key)) as T | undefined,
-      set: async <T>(key: string, value: T) => space.set(key, value),
-      delete: (key: string) => space.delete(key),
-    };
+    return asAdapterKv(this.adapterSpace(channel, accountId));
+  }
+
+  /** The store space behind adapterKv. */
+  adapterSpace(channel: string, accountId: string): KvSpace<unknown> {
+    return this.kv.space<unknown>(`adapter:${channel}:${accountId}`);
   }
 
   /** Canonical key of a caller-supplied key (R1, R6). */

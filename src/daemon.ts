@@ -3,13 +3,15 @@
  * stop order. Adapters are imported lazily so a disabled platform's SDK is never loaded.
  */
 import { readFile } from "node:fs/promises";
-import { isIP } from "node:net";
+import path from "node:path";
 import type pino from "pino";
 import { App, type AppOptions } from "./app.js";
-import type { AdapterContext, ChannelAdapter } from "./channels/types.js";
+import type { AdapterContext, AdapterKv, ChannelAdapter } from "./channels/types.js";
 import type { Config } from "./config/schema.js";
+import { unsafeBindProblem } from "./config/safe-bind.js";
 import type { RunEvent } from "./agents/runtime.js";
 import { Gateway } from "./gateway/server.js";
+import { openAuthDir } from "./store/adapter-kv.js";
 import { displayKey, normalizeAgentId } from "./sessions/keys.js";
 import { createWebchatAdapter } from "./web/webchat-adapter.js";
 import { within } from "./util/within.js";
@@ -164,13 +166,13 @@ export class Daemon {
     for (const [channel, factory] of wanted) {
       const accountId = channels[channel]?.accountId ?? "default";
       const log = this.log.child({ component: "adapter", channel, accountId });
-      const ctx: AdapterContext = {
-        onInbound: (msg) => this.app.router.accept(msg).then(() => undefined),
-        onNativeCommand: (cmd) => this.app.router.nativeCommand(cmd),
-        kv: this.app.adapterKv(channel, accountId),
-        log,
-      };
       try {
+        const ctx: AdapterContext = {
+          onInbound: (msg) => this.app.router.accept(msg).then(() => undefined),
+          onNativeCommand: (cmd) => this.app.router.nativeCommand(cmd),
+          kv: channel === "whatsapp" ? await this.whatsappLogin(accountId, log) : this.app.adapterKv(channel, accountId),
+          log,
+        };
         const adapter = await factory(ctx, this.app.config);
         this.app.registerAdapter(adapter);
         created.push({ adapter, log });
@@ -179,6 +181,15 @@ export class Daemon {
       }
     }
     return created;
+  }
+
+  /** The WhatsApp adapter's space: its login, kept under channels.whatsapp.authDir (default <stateDir>/whatsapp). */
+  private async whatsappLogin(accountId: string, log: pino.Logger): Promise<AdapterKv> {
+    const dir = path.resolve(this.config.channels.whatsapp?.authDir ?? path.join(this.app.stateDir, "whatsapp"));
+    const auth = await openAuthDir(dir, this.app.adapterSpace("whatsapp", accountId));
+    this.onStop(() => auth.close());
+    log.debug({ authDir: dir }, "whatsapp login kept in authDir");
+    return auth.kv;
   }
 
   private serveWebchat(): void {
@@ -200,11 +211,8 @@ export class Daemon {
 
 const ADAPTER_START_GRACE_MS = 15_000;
 
-/** Binding beyond loopback without a token would hand the agent to the network (interfaces §3). */
+/** start refuses what unsafeBindProblem finds. */
 export function assertSafeBind(config: Config): void {
-  const bind = config.gateway.bind;
-  const loopback = bind === "localhost" || bind === "::1" || (isIP(bind) === 4 && bind.startsWith("127."));
-  if (!loopback && !config.gateway.auth.token) {
-    throw new Error(`refusing to bind the gateway to ${bind} without a token: set gateway.auth.token or SWITCHBOARD_GATEWAY_TOKEN, or bind to 127.0.0.1`);
-  }
+  const problem = unsafeBindProblem(config);
+  if (problem) throw new Error(problem);
 }

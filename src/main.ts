@@ -4,9 +4,10 @@
 import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { Command } from "commander";
+import { Command, InvalidArgumentError, Option } from "commander";
 import { ConfigError, describeUnset, loadConfigFile, unsetReferences } from "./config/load.js";
 import type { Config } from "./config/schema.js";
+import { unsafeBindProblem } from "./config/safe-bind.js";
 import { createLogger, secretsOf } from "./log.js";
 import { GatewayCallError, GatewayClient } from "./gateway/client.js";
 import { VERSION } from "./version.js";
@@ -89,6 +90,8 @@ configCmd
     const file = configPath(opts.config);
     try {
       const config = loadConfigFile(file);
+      const bindProblem = unsafeBindProblem(config);
+      if (bindProblem) throw new ConfigError(file, [`gateway.bind: ${bindProblem}`]);
       for (const ref of unsetReferences(config)) process.stdout.write(`warning: ${describeUnset(ref)}\n`);
       process.stdout.write(`config ok: ${file}\n`);
     } catch (err) {
@@ -155,17 +158,27 @@ function inboundTrouble(counts: { retrying: number; failed: number; givenUp?: nu
   return parts.length ? ` (${parts.join(", ")})` : "";
 }
 
+/**
+ * `--limit`: refused here with what it takes; passed on, "abc" would reach the gateway as null
+ * and come back as "expected number, received null".
+ */
+function count(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value.trim()) || n < 1) throw new InvalidArgumentError("expected a whole number of at least 1");
+  return n;
+}
+
 const clientOptions = (cmd: Command) => cmd.option("--url <url>", "gateway URL (or SWITCHBOARD_URL; default ws://127.0.0.1:18789/)").option("--token <token>", "gateway token (or SWITCHBOARD_GATEWAY_TOKEN)").option("--json", "print JSON");
 
 const sessions = program.command("sessions").description("inspect and steer sessions through the gateway");
-clientOptions(sessions.command("list").description("list sessions, newest first").option("--limit <n>", "rows", "50").option("--kinds <kinds>", "comma-separated kinds")).action(
-  (opts: ClientOpts & { limit: string; kinds?: string }) =>
-    call(opts, "sessions.list", { limit: Number(opts.limit), ...(opts.kinds ? { kinds: opts.kinds.split(",") } : {}) }, (p) =>
+clientOptions(sessions.command("list").description("list sessions, newest first").option("--limit <n>", "rows", count, 50).option("--kinds <kinds>", "comma-separated kinds")).action(
+  (opts: ClientOpts & { limit: number; kinds?: string }) =>
+    call(opts, "sessions.list", { limit: opts.limit, ...(opts.kinds ? { kinds: opts.kinds.split(",") } : {}) }, (p) =>
       p.sessions.map((s: any) => `${s.key}\t${s.kind}\t${s.channel}\t${new Date(s.updatedAt).toISOString()}${s.sendPolicy ? `\tsendPolicy=${s.sendPolicy}` : ""}`).join("\n") || "(no sessions)",
     ),
 );
-clientOptions(sessions.command("history <sessionKey>").description("print a session's transcript").option("--limit <n>", "messages", "50")).action((key: string, opts: ClientOpts & { limit: string }) =>
-  call(opts, "chat.history", { sessionKey: key, limit: Number(opts.limit) }, (p) =>
+clientOptions(sessions.command("history <sessionKey>").description("print a session's transcript").option("--limit <n>", "messages", count, 50)).action((key: string, opts: ClientOpts & { limit: number }) =>
+  call(opts, "chat.history", { sessionKey: key, limit: opts.limit }, (p) =>
     p.messages.map((m: any) => `${m.role}: ${typeof m.content === "string" ? m.content : m.content.filter((b: any) => b.type === "text").map((b: any) => b.text).join("") || JSON.stringify(m.content)}`).join("\n") || "(empty)",
   ),
 );
@@ -173,7 +186,7 @@ clientOptions(
   sessions
     .command("patch <sessionKey>")
     .description("change a session: --send-policy allow|deny|inherit, --label, --model")
-    .option("--send-policy <mode>", "allow | deny | inherit")
+    .addOption(new Option("--send-policy <mode>", "allow | deny | inherit").choices(["allow", "deny", "inherit"]))
     .option("--label <label>", "label")
     .option("--model <ref>", "model override (provider/model)"),
 ).action((key: string, opts: ClientOpts & { sendPolicy?: string; label?: string; model?: string }) =>

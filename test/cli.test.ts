@@ -106,6 +106,17 @@ describe("CLI gateway clients", () => {
     expect(refused.stderr).toBe("error: gateway token required (auth.token): pass the daemon's gateway token with --token or SWITCHBOARD_GATEWAY_TOKEN\n");
   });
 
+  it.each([
+    [["sessions", "list", "--limit", "abc"], "error: option '--limit <n>' argument 'abc' is invalid. expected a whole number of at least 1\n"],
+    [["sessions", "history", "main", "--limit", "0"], "error: option '--limit <n>' argument '0' is invalid. expected a whole number of at least 1\n"],
+    [["sessions", "patch", "main", "--send-policy", "off"], "error: option '--send-policy <mode>' argument 'off' is invalid. Allowed choices are allow, deny, inherit.\n"],
+  ])("interfaces §1 %j is refused by the CLI itself, naming the option and what it takes (exit 1)", async (args, message) => {
+    // Nothing listens there: the refusal comes before any connection.
+    const failed = await run("node", [BIN, ...args, "--url", "ws://127.0.0.1:9/"]).catch((e) => e);
+    expect(failed.code).toBe(1);
+    expect(failed.stderr).toBe(message);
+  });
+
   it("R27 sessions patch --send-policy inherit clears the session's override", async () => {
     h = await startHarness({ config: { gateway: { auth: { token: "cli-token-123456" } } } });
     await h.app.sessions.upsert("agent:main:main", "main", { sendPolicy: "deny" });

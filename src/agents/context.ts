@@ -18,19 +18,11 @@ export interface ContextInput {
   systemPrompt?: string;
   extraSystemPrompt?: string;
   sessionKey: string;
-  history: TranscriptMessage[];
+  history: readonly TranscriptMessage[];
 }
 
 export function buildModelMessages(input: ContextInput): ChatMessage[] {
-  const system = [
-    input.systemPrompt ??
-      `You are ${input.agentName}, an AI agent reachable through chat platforms (Discord, Telegram, WhatsApp, web chat) via Switchboard. Reply concisely.`,
-    `Current session: ${displayKey(input.sessionKey)}.`,
-    input.extraSystemPrompt,
-  ]
-    .filter(Boolean)
-    .join("\n\n");
-  const out: ChatMessage[] = [{ role: "system", content: system }];
+  const out: ChatMessage[] = [{ role: "system", content: systemPromptOf(input) }];
   const pendingCalls = new Set<string>();
   let withTools = false;
   for (const m of input.history) {
@@ -44,6 +36,18 @@ export function buildModelMessages(input: ContextInput): ChatMessage[] {
     out.push(chatMessageOf(m));
   }
   return withTools || pendingCalls.size ? dropDanglingToolCalls(out) : out;
+}
+
+/** The system message of a run's requests. */
+export function systemPromptOf(input: Omit<ContextInput, "history">): string {
+  return [
+    input.systemPrompt ??
+      `You are ${input.agentName}, an AI agent reachable through chat platforms (Discord, Telegram, WhatsApp, web chat) via Switchboard. Reply concisely.`,
+    `Current session: ${displayKey(input.sessionKey)}.`,
+    input.extraSystemPrompt,
+  ]
+    .filter(Boolean)
+    .join("\n\n");
 }
 
 const converted = new WeakMap<TranscriptMessage, ChatMessage>();

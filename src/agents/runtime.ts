@@ -16,7 +16,8 @@ import type { DeliveryContext } from "../sessions/entry.js";
 import type { SessionStore } from "../sessions/session-store.js";
 import type { InputProvenance, TranscriptMessage, TranscriptStore } from "../sessions/transcript.js";
 import type { AgentTool, ToolSource } from "../tools/types.js";
-import { argumentsJson, buildModelMessages } from "./context.js";
+import { argumentsJson, buildModelMessages, systemPromptOf } from "./context.js";
+import { estimateTokens, fitToContextWindow } from "./context-window.js";
 import { NO_MODEL_MESSAGE, type ModelRegistry } from "./models/registry.js";
 import { ModelError, type ChatMessage, type CompletionResult, type ToolDefinition } from "./models/provider.js";
 
@@ -263,8 +264,10 @@ export class AgentRuntime {
     const agent = agentConfigOf(config, req.agentId);
     const tools = this.deps.tools({ sessionKey: req.sessionKey, agentId: req.agentId }).filter((t) => !req.toolFilter || req.toolFilter(t.name));
     const toolDefs: ToolDefinition[] = tools.map((t) => ({ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } }));
-    let history = await transcripts.readMessages(ref.path, HISTORY_LIMIT);
-    const build = () => buildModelMessages({ agentName: agent?.name ?? req.agentId, systemPrompt: agent?.systemPrompt, extraSystemPrompt: req.extraSystemPrompt, sessionKey: req.sessionKey, history });
+    const prompt = { agentName: agent?.name ?? req.agentId, systemPrompt: agent?.systemPrompt, extraSystemPrompt: req.extraSystemPrompt, sessionKey: req.sessionKey };
+    let history: readonly TranscriptMessage[] = await transcripts.readMessages(ref.path, HISTORY_LIMIT);
+    if (resolved.contextWindow) history = fitToContextWindow(history, resolved.contextWindow, estimateTokens(systemPromptOf(prompt)) + estimateTokens(JSON.stringify(toolDefs)));
+    const build = () => buildModelMessages({ ...prompt, history });
     let messages: ChatMessage[] = build();
     // Where this run's own assistant turns and tool results begin in `messages`.
     let runStart = messages.length;

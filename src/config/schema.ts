@@ -2,17 +2,26 @@
  * The one source of truth for every option and its default (interfaces §2).
  * Every object is strict: an unknown key is an error, never silently ignored.
  */
+import { Cron } from "croner";
 import { z } from "zod";
 import { isRedisUrl, maskUrlPassword, parseRedisUrl, REDIS_URL_FORMS } from "../store/redis-url.js";
 
 const ChannelName = z.enum(["webchat", "telegram", "discord", "whatsapp"]);
 const ChatTypeName = z.enum(["direct", "group", "channel"]);
 
+/**
+ * A rule's channel, compared case-insensitively as the policy does. Any other name could never
+ * match: a misspelt deny rule would silently let every message through.
+ */
+const RuleChannel = z.string().refine((name) => (ChannelName.options as readonly string[]).includes(name.toLowerCase()), {
+  error: (issue) => `no channel ${JSON.stringify(issue.input)}: expected ${ChannelName.options.map((c) => JSON.stringify(c)).join(" | ")}`,
+});
+
 const SendPolicyRule = z.strictObject({
   action: z.enum(["allow", "deny"]),
   match: z
     .strictObject({
-      channel: z.string().min(1).optional(),
+      channel: RuleChannel.optional(),
       chatType: ChatTypeName.optional(),
       keyPrefix: z.string().min(1).optional(),
     })
@@ -54,15 +63,44 @@ const Agent = z.strictObject({
 
 const ToolFilter = z.strictObject({ allow: z.array(z.string()).default([]), deny: z.array(z.string()).default([]) });
 
-const Owners = z.array(z.string().regex(/^(telegram|discord|whatsapp|webchat):.+$/, "owner entries look like <channel>:<platform user id>"));
+type OwnerChannel = "telegram" | "discord" | "whatsapp" | "webchat";
 
-const ChannelCommon = {
+/**
+ * The sender ids each adapter reports. An owner entry is compared with `<channel>:<sender id>`
+ * exactly (inbound/owners.ts), so an entry in any other form (a username, a number without its
+ * "+") would be accepted and never match: the owner's commands would be ignored without a word.
+ */
+const OWNER_IDS: Partial<Record<OwnerChannel, { pattern: RegExp; hint: string }>> = {
+  telegram: { pattern: /^\d+$/, hint: 'a Telegram owner is the numeric user id ("telegram:123456", e.g. from @userinfobot), not a username' },
+  discord: { pattern: /^\d+$/, hint: 'a Discord owner is the numeric user id ("discord:998877", Developer Mode → Copy User ID)' },
+  // A sender WhatsApp names only by its LID (no phone number known) is "<digits>@lid".
+  whatsapp: { pattern: /^(\+\d{5,20}|\d+@(hosted\.)?lid)$/, hint: 'a WhatsApp owner is the number in E.164 with its + ("whatsapp:+15551234567")' },
+};
+
+const OWNER_ENTRY = /^(telegram|discord|whatsapp|webchat):(.+)$/;
+
+/** `only`: the channel whose own list this is (`channels.<name>.owners`). */
+function Owners(only?: OwnerChannel) {
+  const entry = z.string().superRefine((value, ctx) => {
+    const m = OWNER_ENTRY.exec(value);
+    if (!m) return void ctx.addIssue({ code: "custom", message: "owner entries look like <channel>:<platform user id>" });
+    const [, channel, id] = m as unknown as [string, OwnerChannel, string];
+    if (only && channel !== only) {
+      return void ctx.addIssue({ code: "custom", message: `"${value}" is a ${channel} owner: channels.${only}.owners lists ${only} owners (put it in commands.owners or channels.${channel}.owners)` });
+    }
+    const rule = OWNER_IDS[channel];
+    if (rule && !rule.pattern.test(id)) ctx.addIssue({ code: "custom", message: `"${value}": ${rule.hint}` });
+  });
+  return z.array(entry);
+}
+
+const channelCommon = (channel: OwnerChannel) => ({
   requireMention: z.boolean().default(true),
-  owners: Owners.default([]),
+  owners: Owners(channel).default([]),
   rateLimit: z
     .strictObject({ perChatPerSecond: z.number().positive().optional(), perChatPerMinute: z.number().positive().optional(), globalPerSecond: z.number().positive().optional() })
     .default({}),
-};
+});
 
 const Telegram = z.strictObject({
   enabled: z.boolean().default(false),
@@ -72,7 +110,7 @@ const Telegram = z.strictObject({
   accountId: z.string().default("default"),
   pollTimeoutSeconds: z.number().int().min(0).max(50).default(30),
   groups: z.record(z.string(), z.strictObject({ requireMention: z.boolean().optional() })).default({}),
-  ...ChannelCommon,
+  ...channelCommon("telegram"),
 });
 
 const Discord = z.strictObject({
@@ -83,15 +121,16 @@ const Discord = z.strictObject({
   textChunkLimit: z.number().int().min(100).max(2000).default(2000),
   accountId: z.string().default("default"),
   registerCommands: z.boolean().default(true),
-  ...ChannelCommon,
+  ...channelCommon("discord"),
 });
 
 const WhatsApp = z.strictObject({
   enabled: z.boolean().default(false),
-  authDir: z.string().default("./data/whatsapp"),
+  /** Where the login (Baileys' creds and keys) is kept; default `<stateDir>/whatsapp`, so it moves with --state-dir. */
+  authDir: z.string().min(1).optional(),
   textChunkLimit: z.number().int().min(100).max(65_000).default(4000),
   accountId: z.string().default("default"),
-  ...ChannelCommon,
+  ...channelCommon("whatsapp"),
 });
 
 /** Refuses a second item whose id equals an earlier one's, compared case-insensitively. */
@@ -118,6 +157,54 @@ const uniqueCronIds = uniqueIds("cron job id", "jobs", "ids name the job's cron:
  * second could never run — its model, systemPrompt and bindings would silently be the first's.
  */
 const uniqueAgentIds = uniqueIds("agent id", "list", "agent ids name sessions agent:<id>:…");
+
+/** Of several agents marked default the first would silently win (inbound/route.ts: defaultAgentId). */
+function oneDefaultAgent(agents: Array<{ id: string; default?: boolean }>, ctx: z.RefinementCtx): void {
+  const first = agents.findIndex((a) => a.default);
+  agents.forEach((agent, i) => {
+    if (agent.default && i > first) ctx.addIssue({ code: "custom", path: [i, "default"], message: `only one agent may be the default; list[${first}] ("${agents[first].id}") already is` });
+  });
+}
+
+/**
+ * What the scheduler (sources/cron.ts) would fail on at start, checked here so that `config check`
+ * refuses it: otherwise the daemon starts and the job just never runs.
+ */
+function runnableCronJob(job: { schedule: string; timezone?: string }, ctx: z.RefinementCtx): void {
+  if (job.timezone !== undefined && !isTimeZone(job.timezone)) {
+    ctx.addIssue({ code: "custom", path: ["timezone"], message: `unknown time zone "${job.timezone}": use an IANA name such as "Europe/Berlin"` });
+    return;
+  }
+  let next: Date | null;
+  try {
+    // Without a function croner schedules nothing: this only parses the pattern.
+    next = new Cron(job.schedule, { timezone: job.timezone }).nextRun();
+  } catch (err) {
+    ctx.addIssue({ code: "custom", path: ["schedule"], message: `not a cron schedule (${JSON.stringify(job.schedule)}): ${(err as Error).message.replace(/^CronPattern: /, "")}` });
+    return;
+  }
+  if (!next) ctx.addIssue({ code: "custom", path: ["schedule"], message: `the cron schedule ${JSON.stringify(job.schedule)} never comes (no date matches it)` });
+}
+
+function isTimeZone(name: string): boolean {
+  try {
+    new Intl.DateTimeFormat("en", { timeZone: name });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A job naming no agent of agents.list would be skipped at every start. */
+function cronAgentsExist(config: { agents: { list: Array<{ id: string }> }; cron: { jobs: Array<{ agentId?: string }> } }, ctx: z.RefinementCtx): void {
+  const ids = config.agents.list.map((a) => a.id);
+  const known = new Set(ids.map((id) => id.toLowerCase()));
+  config.cron.jobs.forEach((job, i) => {
+    if (job.agentId !== undefined && !known.has(job.agentId.trim().toLowerCase())) {
+      ctx.addIssue({ code: "custom", path: ["cron", "jobs", i, "agentId"], message: `no agent "${job.agentId}" in agents.list (${ids.join(", ")})` });
+    }
+  });
+}
 
 /**
  * The stores src/store/kv.ts opens. Checked here so that `config check` refuses what `start`
@@ -165,7 +252,7 @@ export const ConfigSchema = z.strictObject({
           sandbox: Sandbox.default({ mode: "off", sessionToolsVisibility: "spawned" }),
         })
         .default({ maxConcurrent: 4, runTimeoutSeconds: 600, maxToolRounds: 12, subagents: { archiveAfterMinutes: 60, maxConcurrent: 8 }, sandbox: { mode: "off", sessionToolsVisibility: "spawned" } }),
-      list: z.array(Agent).min(1).superRefine(uniqueAgentIds).default([{ id: "main", default: true, name: "Main", subagents: { allowAgents: [] } }]),
+      list: z.array(Agent).min(1).superRefine(uniqueAgentIds).superRefine(oneDefaultAgent).default([{ id: "main", default: true, name: "Main", subagents: { allowAgents: [] } }]),
     })
     .default({
       defaults: { maxConcurrent: 4, runTimeoutSeconds: 600, maxToolRounds: 12, subagents: { archiveAfterMinutes: 60, maxConcurrent: 8 }, sandbox: { mode: "off", sessionToolsVisibility: "spawned" } },
@@ -185,7 +272,7 @@ export const ConfigSchema = z.strictObject({
       agentToAgent: z.strictObject({ maxPingPongTurns: z.number().int().min(0).max(5).default(5) }).default({ maxPingPongTurns: 5 }),
     })
     .default({ scope: "per-sender", dmScope: "main", sendPolicy: { rules: [], default: "allow" }, agentToAgent: { maxPingPongTurns: 5 } }),
-  commands: z.strictObject({ owners: Owners.default([]) }).default({ owners: [] }),
+  commands: z.strictObject({ owners: Owners().default([]) }).default({ owners: [] }),
   channels: z
     .strictObject({
       webchat: z.strictObject({ enabled: z.boolean().default(true) }).default({ enabled: true }),
@@ -205,7 +292,7 @@ export const ConfigSchema = z.strictObject({
             message: z.string().min(1),
             timezone: z.string().optional(),
             enabled: z.boolean().default(true),
-          }),
+          }).superRefine(runnableCronJob),
         )
         .superRefine(uniqueCronIds)
         .default([]),
@@ -224,7 +311,9 @@ export const ConfigSchema = z.strictObject({
       }),
     )
     .default([]),
-});
+  // Cross-references are checked on an otherwise valid config only: a broken agents.list is named
+  // at its own path, not again at every job that names one of its agents.
+}).superRefine(cronAgentsExist, { when: (payload) => payload.issues.length === 0 });
 
 export type Config = z.infer<typeof ConfigSchema>;
 export type ConfigInput = z.input<typeof ConfigSchema>;

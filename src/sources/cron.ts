@@ -33,48 +33,40 @@ export class CronScheduler {
   }
 
   /**
-   * Schedule every enabled job; a job with a bad schedule or agent is logged and skipped. Resolves
-   * once missed ticks are started again (never rejects: a store failure there is logged).
+   * Schedule every enabled job (the config schema has checked each schedule, time zone and
+   * agent). Resolves once missed ticks are started again (never rejects: a store failure there is
+   * logged).
    */
   async start(): Promise<void> {
     const scheduled: Array<{ job: CronJob; timer: Cron; log: pino.Logger }> = [];
-    const agents = new Set(this.app.config.agents.list.map((a) => normalizeAgentId(a.id)));
     for (const job of this.app.config.cron.jobs) {
       if (!job.enabled) continue;
       const log = this.log.child({ cronJob: job.id });
-      if (job.agentId && !agents.has(normalizeAgentId(job.agentId))) {
-        log.error({ agentId: job.agentId }, "cron job skipped: unknown agent id");
-        continue;
-      }
       const agentId = this.agentOf(job);
       const sessionAgent = this.app.sessions.get(cronSessionKey(job.id))?.agentId;
       if (sessionAgent && sessionAgent !== agentId) {
         // The session keeps the agent it was created with (its transcript lives under that agent).
         log.warn({ agentId, sessionAgent }, `cron job runs under its session's agent "${sessionAgent}", not "${agentId}": sessions.delete ${cronSessionKey(job.id)} to move it`);
       }
-      try {
-        const skipped = () => log.warn("cron job tick skipped: the previous run is still going");
-        const timer: Cron = new Cron(job.schedule, { timezone: job.timezone, protect: skipped, unref: true }, async () => {
-          // The scheduled time, also when a missed tick is run late by trigger().
-          const tick = (timer.previousRuns(1, new Date())[0] ?? new Date()).toISOString();
-          await this.record(job, { tick, done: false }, log);
-          const run = await this.fire(job).catch((err: unknown) => void log.error({ err: (err as Error).message }, "cron job run failed to start"));
-          if (!run) return;
-          // Awaited to the end of the run: croner's protect skips the ticks that come meanwhile,
-          // so a job slower than its schedule does not pile up runs behind itself.
-          const ended = await run.done.then(
-            () => true,
-            (err: unknown) => void log.error({ err: (err as Error).message }, "cron job run failed"),
-          );
-          // A run cut short by shutdown stays not done: the next start runs the tick again.
-          if (ended && this.app.runtime.accepting) await this.record(job, { tick, done: true }, log);
-        });
-        this.timers.push(timer);
-        scheduled.push({ job, timer, log });
-        log.info({ schedule: job.schedule, next: timer.nextRun()?.toISOString() }, "cron job scheduled");
-      } catch (err) {
-        log.error({ schedule: job.schedule, err: (err as Error).message }, "cron job skipped: invalid schedule or timezone");
-      }
+      const skipped = () => log.warn("cron job tick skipped: the previous run is still going");
+      const timer: Cron = new Cron(job.schedule, { timezone: job.timezone, protect: skipped, unref: true }, async () => {
+        // The scheduled time, also when a missed tick is run late by trigger().
+        const tick = (timer.previousRuns(1, new Date())[0] ?? new Date()).toISOString();
+        await this.record(job, { tick, done: false }, log);
+        const run = await this.fire(job).catch((err: unknown) => void log.error({ err: (err as Error).message }, "cron job run failed to start"));
+        if (!run) return;
+        // Awaited to the end of the run: croner's protect skips the ticks that come meanwhile,
+        // so a job slower than its schedule does not pile up runs behind itself.
+        const ended = await run.done.then(
+          () => true,
+          (err: unknown) => void log.error({ err: (err as Error).message }, "cron job run failed"),
+        );
+        // A run cut short by shutdown stays not done: the next start runs the tick again.
+        if (ended && this.app.runtime.accepting) await this.record(job, { tick, done: true }, log);
+      });
+      this.timers.push(timer);
+      scheduled.push({ job, timer, log });
+      log.info({ schedule: job.schedule, next: timer.nextRun()?.toISOString() }, "cron job scheduled");
     }
     await Promise.all(scheduled.map(({ job, timer, log }) => this.catchUp(job, timer, log)));
   }

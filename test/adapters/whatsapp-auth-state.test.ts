@@ -1,6 +1,9 @@
 import * as baileys from "@whiskeysockets/baileys";
 import type { AuthenticationState, UserFacingSocketConfig, WAVersion } from "@whiskeysockets/baileys";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
+import os from "node:os";
+import path from "node:path";
 import { pino } from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { loadKvAuthState, resetKvAuthState } from "../../adapters/whatsapp/auth-state.js";
@@ -10,6 +13,7 @@ import { ConfigSchema } from "../../src/config/schema.js";
 import { FakeWhatsApp, memoryKv } from "../fakes/whatsapp-socket.js";
 import { startHarness } from "../helpers/harness.js";
 import { openStoreDb } from "../helpers/store-db.js";
+import { openKvStore } from "../../src/store/kv.js";
 
 const log = pino({ level: "silent" });
 
@@ -164,6 +168,94 @@ describe("production socket factory across adapter restarts", () => {
     expect([...preKeys["1"].public]).toEqual([1, 2, 3]);
   });
 
+  it("interfaces §2 channels.whatsapp.authDir: the login is kept in <authDir>/auth.sqlite, not in the shared store, and a daemon with another state dir but that authDir resumes it", async () => {
+    const authDir = mkdtempSync(path.join(os.tmpdir(), "sb-wa-auth-"));
+    const wa = new FakeWhatsApp();
+    const captured: UserFacingSocketConfig[] = [];
+    const daemon = (stateDir?: string) =>
+      startHarness({
+        ...(stateDir ? { stateDir } : {}),
+        config: { channels: { whatsapp: { enabled: true, authDir } } },
+        adapterFactories: {
+          whatsapp: async (ctx, config) =>
+            createWhatsAppAdapter(config.channels.whatsapp!, ctx, { printQr: () => {}, baileys: { makeSocket: (cfg) => (captured.push(cfg), wa.newSocket()), resolveVersion: async () => undefined } }),
+        },
+      });
+    try {
+      const first = await daemon();
+      await waitFor(() => captured.length === 1, "first socket");
+      wa.current.ev.emit("creds.update", { registered: true, me: { id: "15550000001:7@s.whatsapp.net", name: "Bot" } });
+      const authDb = await openStoreDb(path.join(authDir, "auth.sqlite"));
+      try {
+        await vi.waitFor(async () => expect(await authDb.all("SELECT key FROM keyv WHERE value LIKE '%registered%true%'")).not.toEqual([]));
+      } finally {
+        await authDb.close();
+      }
+      const shared = await openStoreDb(first.stateDir);
+      try {
+        expect(await shared.all("SELECT key FROM keyv WHERE key LIKE '%whatsapp%'")).toEqual([]);
+      } finally {
+        await shared.close();
+      }
+      await first.stop();
+
+      const second = await daemon();
+      try {
+        await waitFor(() => captured.length === 2, "second daemon's socket");
+        expect(captured[1].auth.creds).toMatchObject({ registered: true, me: { id: "15550000001:7@s.whatsapp.net" } });
+        expect(Buffer.from(captured[1].auth.creds.noiseKey.private).equals(Buffer.from(captured[0].auth.creds.noiseKey.private))).toBe(true);
+      } finally {
+        await second.stop();
+      }
+    } finally {
+      rmSync(authDir, { recursive: true, force: true });
+    }
+  });
+
+  it("interfaces §2 channels.whatsapp.authDir defaults to <stateDir>/whatsapp; a login an earlier version kept in the shared store moves there, so no new QR is needed", async () => {
+    const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-wa-legacy-"));
+    try {
+      // The earlier layout: creds and keys in the shared store's adapter space.
+      const store = await openKvStore(`sqlite://${path.join(stateDir, "switchboard.sqlite")}`, stateDir);
+      const space = store.space<unknown>("adapter:whatsapp:default");
+      const legacyKv: AdapterKv = { get: async <T>(k: string) => (await space.get(k)) as T | undefined, set: (k, v) => space.set(k, v), delete: (k) => space.delete(k) };
+      const legacy = await loadKvAuthState(legacyKv, baileys);
+      await legacy.saveCreds({ registered: true, me: { id: "15550000001:7@s.whatsapp.net", name: "Bot" } });
+      await writeSampleKeys(legacy.state);
+      await store.close();
+
+      const wa = new FakeWhatsApp();
+      const captured: UserFacingSocketConfig[] = [];
+      const harness = await startHarness({
+        stateDir,
+        config: { channels: { whatsapp: { enabled: true } } },
+        adapterFactories: {
+          whatsapp: async (ctx, config) =>
+            createWhatsAppAdapter(config.channels.whatsapp!, ctx, { printQr: () => {}, baileys: { makeSocket: (cfg) => (captured.push(cfg), wa.newSocket()), resolveVersion: async () => undefined } }),
+        },
+      });
+      try {
+        await waitFor(() => captured.length === 1, "socket");
+        expect(captured[0].auth.creds).toMatchObject({ registered: true, me: { id: "15550000001:7@s.whatsapp.net" } });
+        expect(Buffer.from(captured[0].auth.creds.noiseKey.private).equals(Buffer.from(legacy.state.creds.noiseKey.private))).toBe(true);
+        expect(Object.keys(await captured[0].auth.keys.get("pre-key", ["1", "2"])).sort()).toEqual(["1", "2"]);
+        const authDb = await openStoreDb(path.join(stateDir, "whatsapp", "auth.sqlite"));
+        const shared = await openStoreDb(stateDir);
+        try {
+          expect((await authDb.all("SELECT key FROM keyv")).length).toBeGreaterThan(0);
+          expect(await shared.all("SELECT key FROM keyv WHERE key LIKE '%whatsapp%'")).toEqual([]);
+        } finally {
+          await authDb.close();
+          await shared.close();
+        }
+      } finally {
+        await harness.stop();
+      }
+    } finally {
+      rmSync(stateDir, { recursive: true, force: true });
+    }
+  });
+
   it("the restart WhatsApp asks for right after a QR scan (515) resumes the new login, even while the store is slow to commit it", async () => {
     // Baileys announces the paired creds on creds.update and does not wait for them to be saved;
     // the server's 515 follows one round trip later. The reconnect loaded the auth state from the
@@ -181,7 +273,7 @@ describe("production socket factory across adapter restarts", () => {
           }),
       },
     });
-    const db = await openStoreDb(harness.stateDir);
+    const db = await openStoreDb(path.join(harness.stateDir, "whatsapp", "auth.sqlite"));
     try {
       await waitFor(() => captured.length === 1, "first socket");
       const creds = captured[0].auth.creds;

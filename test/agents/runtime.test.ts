@@ -206,6 +206,31 @@ describe("agent runtime and the model's context window", () => {
     expect(last.messages.filter((m) => m.role === "system")).toHaveLength(1);
   });
 
+  it("interfaces §2 models[].contextWindow: the history sent is trimmed to fit before the request, so the model never gets one over its window", async () => {
+    // A server whose window is 24,000 characters (about 6,000 tokens), declared as such in the config.
+    const small = new FakeModelServer(withContextWindow(24_000));
+    const baseUrl = await small.start();
+    try {
+      h = await startHarness({ config: { models: { providers: { small: { baseUrl, models: [{ id: "m", contextWindow: 6_000 }] } } }, agents: { defaults: { model: "small/m" } } } });
+      const entry = await h.app.sessions.upsert(MAIN, "main");
+      const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+      for (let i = 0; i < 40; i++) await h.app.transcripts.appendMessage(ref, { role: "user", content: `old ${i} ${"x".repeat(1_000)}`, timestamp: i });
+      expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "new question" }).done).toMatchObject({ status: "ok", reply: "echo: new question" });
+      expect(small.requests).toHaveLength(1);
+      const [sent] = small.requests;
+      expect(textSize(sent)).toBeLessThanOrEqual(24_000);
+      expect(sent.messages.at(-1)).toEqual({ role: "user", content: "new question" });
+      expect(JSON.stringify(sent.messages)).toContain("old 39 ");
+      expect(JSON.stringify(sent.messages)).not.toContain("old 0 ");
+      // The transcript keeps everything.
+      expect(await messagesOf(h.app, MAIN)).toHaveLength(42);
+    } finally {
+      await h?.stop();
+      h = undefined;
+      await small.stop();
+    }
+  });
+
   it("a single message too long for the context window fails with a reply saying so, and the chat's next message is answered", async () => {
     h = await startHarness({ responder: withContextWindow(8_000) });
     await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "hello" }).done;

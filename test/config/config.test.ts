@@ -54,6 +54,54 @@ describe("config", () => {
     expect(problems(raw)).toContain(expected);
   });
 
+  it.each([
+    [{ cron: { jobs: [{ id: "daily", schedule: "every day at 9", message: "m" }] } }, /^cron\.jobs\.0\.schedule: not a cron schedule \("every day at 9"\): .*five, six, or seven/],
+    [{ cron: { jobs: [{ id: "daily", schedule: "61 9 * * *", message: "m" }] } }, /^cron\.jobs\.0\.schedule: not a cron schedule \("61 9 \* \* \*"\): .*minute/],
+    [{ cron: { jobs: [{ id: "daily", schedule: "0 9 * * *", timezone: "Mars/Olympus", message: "m" }] } }, /^cron\.jobs\.0\.timezone: unknown time zone "Mars\/Olympus": use an IANA name such as "Europe\/Berlin"$/],
+    [{ cron: { jobs: [{ id: "daily", schedule: "0 9 * * *", agentId: "ghost", message: "m" }] } }, /^cron\.jobs\.0\.agentId: no agent "ghost" in agents\.list \(main\)$/],
+  ])("interfaces §2 a cron job that could never run is a config error, not a job skipped at start: %j", (raw, expected) => {
+    expect(problems(raw)).toEqual([expect.stringMatching(expected)]);
+  });
+
+  it("interfaces §2 a cron job naming an agent of agents.list in another case is valid (agent ids are case-insensitive)", () => {
+    expect(problems({ agents: { list: [{ id: "main", default: true }, { id: "ops" }] }, cron: { jobs: [{ id: "r", schedule: "0 9 * * *", agentId: "Ops", message: "m", timezone: "Europe/Berlin" }] } })).toEqual([]);
+  });
+
+  it.each(["telegrm", "slack", "internal"])("interfaces §2 a send-policy rule naming a channel Switchboard does not connect (%s) is a config error: a misspelt deny rule would fail open", (channel) => {
+    expect(problems({ session: { sendPolicy: { rules: [{ action: "deny", match: { channel, chatType: "group" } }] } } })).toEqual([
+      `session.sendPolicy.rules.0.match.channel: no channel "${channel}": expected "webchat" | "telegram" | "discord" | "whatsapp"`,
+    ]);
+  });
+
+  it("interfaces §2 send-policy rule channels compare case-insensitively, as the policy does", () => {
+    expect(problems({ session: { sendPolicy: { rules: [{ action: "deny", match: { channel: "Discord", chatType: "group" } }] } } })).toEqual([]);
+  });
+
+  it("interfaces §2 two agents marked default is a config error naming both, not the first one silently", () => {
+    expect(problems({ agents: { list: [{ id: "a", default: true }, { id: "b", default: true }] } })).toEqual([
+      'agents.list.1.default: only one agent may be the default; list[0] ("a") already is',
+    ]);
+  });
+
+  it.each([
+    [{ commands: { owners: ["telegram:@alice"] } }, 'commands.owners.0: "telegram:@alice": a Telegram owner is the numeric user id ("telegram:123456", e.g. from @userinfobot), not a username'],
+    [{ commands: { owners: ["discord:alice#1234"] } }, 'commands.owners.0: "discord:alice#1234": a Discord owner is the numeric user id ("discord:998877", Developer Mode → Copy User ID)'],
+    [{ commands: { owners: ["whatsapp:15551234567"] } }, 'commands.owners.0: "whatsapp:15551234567": a WhatsApp owner is the number in E.164 with its + ("whatsapp:+15551234567")'],
+    [{ commands: { owners: ["telegram: 123456"] } }, 'commands.owners.0: "telegram: 123456": a Telegram owner is the numeric user id ("telegram:123456", e.g. from @userinfobot), not a username'],
+    [{ channels: { telegram: { owners: ["discord:998877"] } } }, 'channels.telegram.owners.0: "discord:998877" is a discord owner: channels.telegram.owners lists telegram owners (put it in commands.owners or channels.discord.owners)'],
+  ])("interfaces §2 §5 an owner entry that could never match its platform's sender id is a config error: %j", (raw, expected) => {
+    expect(problems(raw)).toEqual([expected]);
+  });
+
+  it("interfaces §2 owner entries as the platforms give sender ids are valid", () => {
+    expect(
+      problems({
+        commands: { owners: ["telegram:123456", "discord:998877665544332211", "whatsapp:+15551234567", "whatsapp:90000000000001@lid", "webchat:operator"] },
+        channels: { telegram: { owners: ["telegram:42"] }, whatsapp: { owners: ["whatsapp:+4915112345678"] } },
+      }),
+    ).toEqual([]);
+  });
+
   it("${ENV} placeholders read secrets from the environment", () => {
     const c = parseConfig({ channels: { telegram: { enabled: true, botToken: "${TG}" } } }, "<t>", { TG: "123:abc" });
     expect(c.channels.telegram?.botToken).toBe("123:abc");
@@ -95,6 +143,8 @@ describe("config", () => {
     // A store.url of its own would pin the SQLite file (sessions, outbox, WhatsApp login) to
     // ./data of whatever directory the daemon starts in, apart from the transcripts.
     expect(c.store.url).toBeUndefined();
+    // Likewise the WhatsApp login: authDir defaults to <stateDir>/whatsapp.
+    expect(c.channels.whatsapp?.authDir).toBeUndefined();
   });
 
   it("defaults: a chat channel's section left empty is disabled, requires a mention in groups and has no owners of its own", () => {
@@ -162,6 +212,13 @@ describe("CLI", () => {
     expect(stdout).not.toContain("from-env");
   });
 
+  it("interfaces §1 config check refuses a cron schedule the daemon could never run, naming its path, and exits 2", async () => {
+    const f = file(`{ cron: { jobs: [{ id: "daily", schedule: "every morning", message: "hi" }] } }`);
+    const err = await run("node", [BIN, "config", "check", "--config", f]).catch((e) => e);
+    expect(err.code).toBe(2);
+    expect(err.stderr).toContain('cron.jobs.0.schedule: not a cron schedule ("every morning")');
+  });
+
   it("config check accepts a good file", async () => {
     const { stdout } = await run("node", [BIN, "config", "check", "--config", "config/default.json5"]);
     expect(stdout).toMatch(/config ok/);
@@ -172,6 +229,15 @@ describe("CLI", () => {
     const err = await run("node", [BIN, "start", "--config", f]).catch((e) => e);
     expect(err.code).toBe(2);
     expect(err.stderr).toMatch(/log\.level: expected "fatal" \| "error"/);
+  });
+
+  it("interfaces §1 config check refuses what start would refuse: a non-loopback bind without a token, naming gateway.bind, exit 2", async () => {
+    const f = file(`{ gateway: { bind: "0.0.0.0" } }`);
+    const err = await run("node", [BIN, "config", "check", "--config", f], { env: { ...process.env, SWITCHBOARD_GATEWAY_TOKEN: "" } }).catch((e) => e);
+    expect(err.code).toBe(2);
+    expect(err.stderr).toContain("gateway.bind: refusing to bind the gateway to 0.0.0.0 without a token");
+    const withToken = await run("node", [BIN, "config", "check", "--config", f], { env: { ...process.env, SWITCHBOARD_GATEWAY_TOKEN: "from-env-123" } });
+    expect(withToken.stdout).toMatch(/config ok/);
   });
 
   it("start refuses a non-loopback bind without a token", async () => {

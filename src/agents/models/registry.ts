@@ -12,6 +12,8 @@ export interface ResolvedModel {
   provider: ModelProvider;
   model: string;
   cost?: { input: number; output: number };
+  /** Tokens the model takes in one request (`models[].contextWindow`), when declared. */
+  contextWindow?: number;
 }
 
 export const NO_MODEL_MESSAGE =
@@ -66,8 +68,8 @@ export class ModelRegistry {
     if (declared?.length && !declared.some((m) => m.id === model)) {
       throw new Error(`invalid model "${ref}": provider "${providerId}" lists ${declared.map((m) => m.id).join(", ")}`);
     }
-    const cost = declared?.find((m) => m.id === model)?.cost;
-    return { ref: `${providerId}/${model}`, provider, model, ...(cost ? { cost } : {}) };
+    const { cost, contextWindow } = declared?.find((m) => m.id === model) ?? {};
+    return { ref: `${providerId}/${model}`, provider, model, ...(cost ? { cost } : {}), ...(contextWindow ? { contextWindow } : {}) };
   }
 
   /**
