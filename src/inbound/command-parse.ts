@@ -48,7 +48,8 @@ const SEND_MODES = new Map<string, "on" | "off" | "inherit">([
 ]);
 
 export function parseCommand(text: string, opts: ParseCommandOptions = {}): ParsedCommand | null {
-  const firstLine = text.trimStart().split(/\r?\n/, 1)[0];
+  const trimmed = text.trimStart();
+  const firstLine = trimmed.split(/\r?\n/, 1)[0];
   const m = COMMAND_HEAD.exec(firstLine);
   if (!m) return null;
   const [, rawName, botName, tail] = m;
@@ -60,9 +61,10 @@ export function parseCommand(text: string, opts: ParseCommandOptions = {}): Pars
       if (!SEND_ARG.test(rest)) return null;
       return { name: "send", mode: SEND_MODES.get(rest.toLowerCase()) ?? null };
     case "new":
-      return { name: "new", rest };
     case "reset":
-      return { name: "reset", rest };
+      // The command is read from the first line, but what follows it is the fresh session's first
+      // message: "/new" with the question on the next line must not lose the question.
+      return { name: rawName.toLowerCase() as "new" | "reset", rest: `${tail}${trimmed.slice(firstLine.length)}`.trim() };
     case "status":
       return rest ? null : { name: "status" };
     case "sid":

@@ -53,7 +53,9 @@ describe("parseCommand", () => {
     ["/new keeps the trimmed rest", "/new   tell me a joke  ", { name: "new", rest: "tell me a joke" }],
     ["/reset keeps the rest", "/RESET start over", { name: "reset", rest: "start over" }],
     ["/new: rest via colon", "/new: gpt-5", { name: "new", rest: "gpt-5" }],
-    ["only the first line is the rest", "/new first\nsecond", { name: "new", rest: "first" }],
+    ["the lines after /new go with its rest (the fresh session's first message)", "/new first\nsecond", { name: "new", rest: "first\nsecond" }],
+    ["a bare /new with the question on the next line", "/new\r\nwhat is on today?", { name: "new", rest: "what is on today?" }],
+    ["/reset keeps the following lines as they are", "/reset:\n  line one\nline two  ", { name: "reset", rest: "line one\nline two" }],
     ["glued suffix → not /new", "/newer", null],
   ])("/new and /reset take the rest of the line: %s", (_rule, text, expected) => {
     expect(parseCommand(text)).toEqual(expected);
