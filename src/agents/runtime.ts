@@ -56,7 +56,8 @@ export interface RunUsage {
 export type RunOutcome =
   | { status: "ok"; reply: string; usage: RunUsage; model?: string }
   | { status: "error"; error: string; usage: RunUsage }
-  | { status: "timeout"; error: string; usage: RunUsage };
+  /** `stopped`: an owner's /stop ended it; its answer to the chat was the /stop confirmation. */
+  | { status: "timeout"; error: string; usage: RunUsage; stopped?: true };
 
 export interface RunInfo {
   runId: string;
@@ -179,11 +180,11 @@ export class AgentRuntime {
   }
 
   /** Abort every run of a session; returns the aborted runIds. */
-  abortSession(sessionKey: string, reason = "aborted by /stop"): string[] {
+  abortSession(sessionKey: string, reason?: string): string[] {
     const ids: string[] = [];
     for (const [id, run] of this.runs) {
       if (run.info.sessionKey === sessionKey) {
-        run.controller.abort(new Error(reason));
+        run.controller.abort(reason === undefined ? new RunStopped() : new Error(reason));
         ids.push(id);
       }
     }
@@ -230,7 +231,7 @@ export class AgentRuntime {
     } catch (err) {
       const reason = controller.signal.aborted ? controller.signal.reason : err;
       if (reason instanceof RunTimeout) outcome = { status: "timeout", error: reason.message, usage };
-      else if (controller.signal.aborted) outcome = { status: "timeout", error: `run aborted: ${messageOf(reason)}`, usage };
+      else if (controller.signal.aborted) outcome = { status: "timeout", error: `run aborted: ${messageOf(reason)}`, usage, ...(reason instanceof RunStopped ? { stopped: true as const } : {}) };
       else outcome = { status: "error", error: messageOf(err), usage };
       if (outcome.status === "error") log.warn({ err: outcome.error }, "run failed");
       await this.markAborted(info, controller.signal.aborted);
@@ -383,6 +384,13 @@ class RunTimeout extends Error {
   constructor(ms: number) {
     // Whole seconds read best; a fractional limit (runTimeoutSeconds 0.2) is not rounded to "0 s".
     super(`run timed out after ${ms % 1000 === 0 ? `${ms / 1000} s` : `${ms} ms`}`);
+  }
+}
+
+/** An owner's /stop (abortSession without another reason). */
+class RunStopped extends Error {
+  constructor() {
+    super("aborted by /stop");
   }
 }
 

@@ -571,5 +571,7 @@ const NO_REPLY = "NO_REPLY";
 /** What the chat sees: the reply, or a short notice when the run failed (never silence). */
 export function replyText(outcome: RunOutcome): string {
   if (outcome.status === "ok") return isSkipToken(outcome.reply, NO_REPLY) ? "" : outcome.reply;
+  // The /stop that ended it was answered ("Stopped 1 run(s)."): a second notice says nothing new.
+  if (outcome.status === "timeout" && outcome.stopped) return "";
   return `⚠️ ${outcome.error}`;
 }

@@ -245,7 +245,7 @@ describe("inbound router", () => {
     expect(await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(fresh))).toEqual([]);
   });
 
-  it("/stop aborts the running turn of the session", async () => {
+  it("/stop aborts the running turn of the session; the chat is told once (the /stop answer), not again by the aborted run", async () => {
     const { h, telegram } = await boot();
     h.model.setResponder(() => ({ content: "slow", delayMs: 5_000 }));
     await h.app.router.accept(inbound({ text: "take your time" }));
@@ -253,6 +253,10 @@ describe("inbound router", () => {
     await h.app.router.accept(inbound({ senderId: OWNER, text: "/stop" }));
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toContain("⚙️ Stopped 1 run(s)."));
     await vi.waitFor(() => expect(h.app.runtime.counts().running).toBe(0));
+    // Processed (any notice enqueued) and delivered (nothing pending) before looking.
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(h.app.outbox.pending).toBe(0));
+    expect(telegram.textsTo("1001")).toEqual(["⚙️ Stopped 1 run(s)."]);
     expect(h.app.sessions.get("agent:main:main")?.abortedLastRun).toBe(true);
   });
 
