@@ -338,6 +338,11 @@ export class InboundRouter {
 
   private commandOf(msg: InboundMessage) {
     if (msg.forwarded || msg.edited) return null;
+    return this.commandText(msg);
+  }
+
+  /** The command the text reads as, whoever sent it and however. */
+  private commandText(msg: InboundMessage) {
     return parseCommand(msg.text, { botUsername: this.deps.botUsername?.(msg.channel, msg.accountId) });
   }
 
@@ -386,6 +391,18 @@ export class InboundRouter {
       // The command addressed the bot (commands pass mention gating), so its text is answered
       // in a group that requires a mention as a mention would be.
       if (result.continueWith) await this.accept({ ...msg, text: result.continueWith, messageId: `${msg.messageId}:continue`, wasMentioned: true });
+      return this.finish(rec);
+    }
+
+    // An edit never runs a command (an old message edited into "/send off" would be a spoofing
+    // vector), and command text is no prompt either: the owner is told to send it anew, anyone
+    // else is ignored as their commands are (interfaces §5).
+    if (msg.edited && this.commandText(msg)) {
+      if (!isOwner(config, msg.channel, msg.senderId)) {
+        log.warn({ senderId: msg.senderId }, "edited message reading as a command ignored");
+        return this.finish(rec);
+      }
+      await outbox.enqueue({ id: `cmd:${rec.id}`, sessionKey: route.sessionKey, target, text: EDITED_COMMAND_REPLY, kind: "command", ownerCommandAnswer: true, inChat: true });
       return this.finish(rec);
     }
 
@@ -569,6 +586,8 @@ function errorText(err: unknown): string {
 const NO_REPLY = "NO_REPLY";
 
 /** What the chat sees: the reply, or a short notice when the run failed (never silence). */
+export const EDITED_COMMAND_REPLY = "⚙️ An edited message does not run commands: send the command again as a new message.";
+
 export function replyText(outcome: RunOutcome): string {
   if (outcome.status === "ok") return isSkipToken(outcome.reply, NO_REPLY) ? "" : outcome.reply;
   // The /stop that ended it was answered ("Stopped 1 run(s)."): a second notice says nothing new.

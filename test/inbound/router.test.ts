@@ -2,7 +2,7 @@ import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { PlatformError, type InboundMessage } from "../../src/channels/types.js";
-import { GIVEN_UP_NOTICE, MAX_RESUMES } from "../../src/inbound/router.js";
+import { EDITED_COMMAND_REPLY, GIVEN_UP_NOTICE, MAX_RESUMES } from "../../src/inbound/router.js";
 import { echoLastUser, FakeModelServer } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { stateDirWithPending, withInboundStore, type StoredInbound } from "../helpers/inbound-store.js";
@@ -192,8 +192,22 @@ describe("inbound router", () => {
     await h.app.router.idle();
     expect(h.app.sessions.list().filter((e) => e.sendPolicy)).toEqual([]);
     expect(telegram.sent.map((m) => m.text)).not.toContain("⚙️ Send policy set to off.");
-    // Only the owner's forwarded and edited copies ran, as plain prompts; strangers' never did.
-    expect(h.model.requests).toHaveLength(2);
+    // Only the owner's forwarded copy ran, as a plain prompt (a forward relays someone's words);
+    // the edited one is told to send the command anew; strangers' never ran.
+    expect(h.model.requests).toHaveLength(1);
+    expect(telegram.sent.map((m) => m.text)).toContain(EDITED_COMMAND_REPLY);
+  });
+
+  it("R28 an edit into a command runs neither the command nor a prompt: the owner is told to send it anew, a stranger is ignored", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ senderId: STRANGER, edited: true, text: "/status" }));
+    await h.app.router.accept(inbound({ senderId: OWNER, edited: true, text: "/new what now?" }));
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(h.app.outbox.pending).toBe(0));
+    expect(h.model.requests).toEqual([]);
+    expect(telegram.sent.map((m) => m.text)).toEqual([EDITED_COMMAND_REPLY]);
+    // Nor was a session reset, or even started.
+    expect(h.app.sessions.list()).toEqual([]);
   });
 
   it("R28 /send with no mode answers the usage line; /sid reports key, kind, channel and policy", async () => {
