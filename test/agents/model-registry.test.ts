@@ -61,6 +61,13 @@ describe("model registry from the environment", () => {
     }
   });
 
+  it("OPENAI_API_KEY with SWITCHBOARD_MODEL and no OPENAI_BASE_URL is OpenAI itself; a key alone configures nothing", () => {
+    const openai = fromEnv({ OPENAI_API_KEY: "sk-env-key-123456", SWITCHBOARD_MODEL: "gpt-4o-mini" });
+    expect(openai.missingModel("main")).toBeUndefined();
+    expect(openai.resolve(openai.defaultRef("main")!)).toMatchObject({ ref: "env/gpt-4o-mini", model: "gpt-4o-mini" });
+    expect(fromEnv({ OPENAI_API_KEY: "sk-env-key-123456" }).configured).toBe(false);
+  });
+
   it("SWITCHBOARD_MODEL may name the env provider itself (env/llama3.1) or not (llama3.1)", () => {
     for (const id of ["llama3.1", "env/llama3.1"]) {
       const models = fromEnv({ OPENAI_BASE_URL: "http://127.0.0.1:9/v1", SWITCHBOARD_MODEL: id });

@@ -155,9 +155,11 @@ describe("daemon start: the model", () => {
 
   it("half a model set-up from the environment is named in the start-up warning, not taken for no set-up at all", async () => {
     expect(await startWarnings({})).toEqual(['no model configured — chats get a notice; see README "Connect a model"']);
-    expect(await startWarnings({ SWITCHBOARD_MODEL: "gpt-4o-mini", OPENAI_API_KEY: "sk-test" })).toEqual([
-      'no model configured (SWITCHBOARD_MODEL is set but OPENAI_BASE_URL is not: set it to the server\'s address (for OpenAI https://api.openai.com/v1)) — chats get a notice; see README "Connect a model"',
+    expect(await startWarnings({ SWITCHBOARD_MODEL: "gpt-4o-mini" })).toEqual([
+      'no model configured (SWITCHBOARD_MODEL is set but OPENAI_BASE_URL is not: set it to the server\'s address (or OPENAI_API_KEY, for OpenAI\'s https://api.openai.com/v1)) — chats get a notice; see README "Connect a model"',
     ]);
+    // A key and a model: OpenAI itself, as with the OpenAI SDK.
+    expect(await startWarnings({ SWITCHBOARD_MODEL: "gpt-4o-mini", OPENAI_API_KEY: "sk-test" })).toEqual([]);
     expect(await startWarnings({ OPENAI_BASE_URL: "http://127.0.0.1:9/v1" })).toEqual([
       'no model configured (OPENAI_BASE_URL is set but SWITCHBOARD_MODEL is not: set it to one of the server\'s models) — chats get a notice; see README "Connect a model"',
     ]);

@@ -30,8 +30,9 @@ export class ModelRegistry {
     for (const [id, p] of Object.entries(config.models.providers)) {
       this.providers.set(id, providerOverride?.(id) ?? createOpenAiChatProvider({ id, baseUrl: p.baseUrl, apiKey: p.apiKey, timeoutMs: p.timeoutMs }));
     }
-    if (this.providers.size === 0 && env.OPENAI_BASE_URL) {
-      this.providers.set("env", createOpenAiChatProvider({ id: "env", baseUrl: env.OPENAI_BASE_URL, apiKey: env.OPENAI_API_KEY, timeoutMs: 120_000 }));
+    const envBaseUrl = envModelServer(env);
+    if (this.providers.size === 0 && envBaseUrl) {
+      this.providers.set("env", createOpenAiChatProvider({ id: "env", baseUrl: envBaseUrl, apiKey: env.OPENAI_API_KEY, timeoutMs: 120_000 }));
     }
   }
 
@@ -78,7 +79,7 @@ export class ModelRegistry {
    */
   missingModel(agentId: string): string | undefined {
     if (!this.configured) {
-      return this.env.SWITCHBOARD_MODEL ? "SWITCHBOARD_MODEL is set but OPENAI_BASE_URL is not: set it to the server's address (for OpenAI https://api.openai.com/v1)" : "";
+      return this.env.SWITCHBOARD_MODEL ? `SWITCHBOARD_MODEL is set but OPENAI_BASE_URL is not: set it to the server's address (or OPENAI_API_KEY, for OpenAI's ${OPENAI_API_BASE})` : "";
     }
     if (this.defaultRef(agentId)) return undefined;
     return this.providers.has("env") && Object.keys(this.config.models.providers).length === 0
@@ -89,4 +90,17 @@ export class ModelRegistry {
   get configured(): boolean {
     return this.providers.size > 0;
   }
+}
+
+/** Where the OpenAI SDK and most tools send requests when only a key is given. */
+export const OPENAI_API_BASE = "https://api.openai.com/v1";
+
+/**
+ * The model server the environment names: OPENAI_BASE_URL, or OpenAI's own for an OPENAI_API_KEY
+ * together with a SWITCHBOARD_MODEL — what users of the OPENAI_* variables expect. A key alone
+ * (set in the shell for other tools) does not make the daemon call OpenAI.
+ */
+function envModelServer(env: NodeJS.ProcessEnv): string | undefined {
+  if (env.OPENAI_BASE_URL) return env.OPENAI_BASE_URL;
+  return env.OPENAI_API_KEY && env.SWITCHBOARD_MODEL ? OPENAI_API_BASE : undefined;
 }
