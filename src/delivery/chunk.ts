@@ -29,8 +29,10 @@ interface Fence {
   closer: string;
 }
 
-const OPEN_FENCE = /^ {0,3}(`{3,}|~{3,})(.*)$/;
-const CLOSE_FENCE = /^ {0,3}(`{3,}|~{3,})[ \t]*$/;
+// Any indentation: CommonMark's limit of 3 spaces holds only outside containers, and models
+// indent fences inside (nested) list items deeper; Discord finds ``` wherever it is.
+const OPEN_FENCE = /^[ \t]*(`{3,}|~{3,})(.*)$/;
+const CLOSE_FENCE = /^[ \t]*(`{3,}|~{3,})[ \t]*$/;
 
 /** Break quality, best first: the whole rest, a paragraph, a line, a word, anywhere. */
 const END = 0;
@@ -93,6 +95,8 @@ function pickBreak(
   // that overshoot it least rather than dropping the cap altogether.
   let leastExcess = Infinity;
   let byKind: number[] = [];
+  /** Every hard break at the least excess, in order (see wholeGraphemeBreak). */
+  let hard: number[] = [];
   const prefixLines = prefix ? 1 : 0;
   let newlines = 0;
   const last = Math.min(src.length, pos + limit - prefix.length);
@@ -107,18 +111,44 @@ function pickBreak(
     if (excess < leastExcess) {
       leastExcess = excess;
       byKind = [];
+      hard = [];
     }
-    byKind[classify(src, end)] = end;
+    const kind = classify(src, end);
+    byKind[kind] = end;
+    if (kind === HARD) hard.push(end);
   }
-  const best = byKind.find((end) => end !== undefined);
+  const best = byKind.findIndex((end) => end !== undefined);
   // fenceOverhead() guarantees a chunk can always hold one code point plus any fence lines.
-  if (best === undefined) throw new Error(`chunkText: no break fits at ${pos} (limit ${limit})`);
-  return best;
+  if (best === -1) throw new Error(`chunkText: no break fits at ${pos} (limit ${limit})`);
+  return best === HARD ? wholeGraphemeBreak(src, pos, hard) : byKind[best];
 }
+
+const graphemes = new Intl.Segmenter(undefined, { granularity: "grapheme" });
+
+/**
+ * The furthest of the hard breaks (all > pos, ascending) that does not cut a grapheme cluster:
+ * a cut one shows as two broken glyphs (a mark on a dotted circle, a family as its members, every
+ * later flag paired with the wrong letter). Whitespace breaks never fall inside a cluster. Only a
+ * cluster longer than a whole chunk is cut, at a code point.
+ */
+function wholeGraphemeBreak(src: string, pos: number, hard: number[]): number {
+  const last = hard[hard.length - 1];
+  // A boundary depends on the text before it and on the one code point (two units at most) after it.
+  const segments = graphemes.segment(src.slice(pos, last + 2));
+  for (let i = hard.length - 1; i >= 0; ) {
+    const start = pos + segments.containing(hard[i] - pos)!.index;
+    if (start === hard[i]) return start;
+    while (i >= 0 && hard[i] > start) i--;
+  }
+  return last;
+}
+
+/** Spaces that glue their neighbours (UAX #14 class GL): "10 km", French "vraiment ?". */
+const NO_BREAK_SPACE = /[\u00a0\u2007\u202f\ufeff]/;
 
 function classify(src: string, end: number): number {
   if (end === src.length) return END;
-  if (src[end] !== "\n") return isSpace(src[end]) ? SPACE : HARD;
+  if (src[end] !== "\n") return isSpace(src[end]) && !NO_BREAK_SPACE.test(src[end]) ? SPACE : HARD;
   let next = end + 1;
   while (src[next] !== "\n" && isSpace(src[next])) next++;
   return src[next] === "\n" ? PARAGRAPH : NEWLINE;
@@ -166,7 +196,7 @@ function fenceOverhead(f: Fence): number {
   return f.bodyStart - f.openStart + 2 + 1 + Math.max(f.closer.length, closeLine);
 }
 
-/** CommonMark fences: up to 3 spaces of indent, a closer of the same char at least as long. */
+/** Fences as CommonMark pairs them: a closer of the same char at least as long as the opener. */
 function findFences(src: string): Fence[] {
   const fences: Fence[] = [];
   let open: { openStart: number; bodyStart: number; opener: string; closer: string } | undefined;

@@ -116,7 +116,8 @@ export const Params = {
     thinking: z.string().optional(),
   }),
   "agent.wait": z.strictObject({ runId: z.string().min(1), timeoutMs: z.number().int().min(0).max(24 * 3600_000).optional() }),
-  send: z.strictObject({ to: z.string().min(1), message: z.string().min(1, "message required"), channel: Channel, accountId: z.string().min(1).optional(), threadId: z.union([z.string(), z.number()]).optional(), sessionKey: SessionRef.optional(), idempotencyKey: IdempotencyKey }),
+  // Only whitespace chunks to no platform message at all, yet the call would answer "sent".
+  send: z.strictObject({ to: z.string().min(1), message: z.string().refine((m) => m.trim() !== "", "message required"), channel: Channel, accountId: z.string().min(1).optional(), threadId: z.union([z.string(), z.number()]).optional(), sessionKey: SessionRef.optional(), idempotencyKey: IdempotencyKey }),
   health: z.strictObject({}),
   status: z.strictObject({}),
   "node.event": z.strictObject({ message: z.string().min(1), idempotencyKey: IdempotencyKey, sessionKey: SessionRef.optional() }),

@@ -44,6 +44,9 @@ describe("chunkText", () => {
     ["a newline beats a later space", "aaa bbb\nccc ddd eee", 12, ["aaa bbb", "ccc ddd eee"]],
     ["a space beats a hard break", "aaaa bbbbbb", 8, ["aaaa", "bbbbbb"]],
     ["a word longer than the limit is hard-broken", "abcdefghij", 4, ["abcd", "efgh", "ij"]],
+    // No-break spaces keep a number with its unit, a French "?" with its sentence.
+    ["a no-break space is not a place to break", "Il faut 10\u00a0km", 12, ["Il faut", "10\u00a0km"]],
+    ["a narrow no-break space is not either", "Oui vraiment\u202f?", 13, ["Oui", "vraiment\u202f?"]],
     ["whitespace around a break is trimmed", "aaa   \n\n   bbb", 5, ["aaa", "bbb"]],
     ["CRLF line endings count as one newline", "aaa\r\nbbb", 5, ["aaa", "bbb"]],
     // Sent as is, a bare CR shows as nothing (or a glyph) on most platforms, and hides fence lines.
@@ -60,6 +63,21 @@ describe("chunkText", () => {
     // U+10000 is D800 DC00 and U+10FFFF is DBFF DFFF: both ends of the surrogate ranges.
     ["the first and the last astral code points", "a\u{10000}b\u{10FFFF}c", 2, ["a", "\u{10000}", "b", "\u{10FFFF}", "c"]],
   ])("never splits a surrogate pair: %s", (_case, text, limit, expected) => {
+    expect(chunkText(text, limit)).toEqual(expected);
+  });
+
+  // A hard break inside a grapheme cluster shows as two broken glyphs: the next message starts
+  // with a dangling mark on a dotted circle, or every later flag pairs with the wrong letter.
+  it.each([
+    ["flags (regional indicator pairs) stay paired", "🇺🇸🇬🇧🇫🇷🇩🇪", 6, ["🇺🇸", "🇬🇧", "🇫🇷", "🇩🇪"]],
+    ["an emoji ZWJ sequence stays whole", "👨‍👩‍👧👨‍👩‍👧", 10, ["👨‍👩‍👧", "👨‍👩‍👧"]],
+    ["a skin tone stays on its emoji", "👍🏽👍🏽", 6, ["👍🏽", "👍🏽"]],
+    ["a keycap stays whole", "1️⃣2️⃣", 4, ["1️⃣", "2️⃣"]],
+    ["a combining accent stays on its letter", "e\u0301e\u0301e\u0301", 3, ["e\u0301", "e\u0301", "e\u0301"]],
+    // Thai is written without spaces, so a long Thai reply is only ever hard-broken.
+    ["Thai vowel and tone marks stay on their consonant", "กี่กี่กี่", 4, ["กี่", "กี่", "กี่"]],
+    ["a cluster longer than the limit is still split, at code points", "👨‍👩‍👧", 4, ["👨‍", "👩‍", "👧"]],
+  ])("never splits a grapheme cluster that fits: %s", (_case, text, limit, expected) => {
     expect(chunkText(text, limit)).toEqual(expected);
   });
 
@@ -115,6 +133,14 @@ describe("chunkText", () => {
       20,
       ["```py\nprint(1)\n```", "after"],
     ],
+    [
+      // Discord finds ``` anywhere in a line, and models indent code blocks inside list items.
+      "a fence indented inside a list item is still closed and reopened",
+      "1. Install:\n    ```bash\n    npm ci\n    npm test\n    ```",
+      40,
+      ["1. Install:\n    ```bash\n    npm ci\n```", "```bash\n    npm test\n    ```"],
+    ],
+    ["a tab-indented fence is a fence too", "- a:\n\t```\n\tx = 1\n\ty = 2\n\t```", 20, ["- a:\n\t```\n\tx = 1\n```", "```\n\ty = 2\n\t```"]],
     [
       "a fence whose opening line alone leaves no room for code degrades to plain text instead of failing",
       "```typescript\nlet x = 1;\n```",

@@ -331,6 +331,14 @@ describe("gateway methods", () => {
     await expect(c.request("send", { channel: "discord", to: "1", message: "x", idempotencyKey: "s3" })).rejects.toMatchObject({ code: "UNAVAILABLE", message: expect.stringMatching(/channel not connected: discord/) });
   });
 
+  it("send of a message with nothing but whitespace is refused, not reported sent with no message", async () => {
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({ adapters: [telegram] });
+    const c = await h.client();
+    await expect(c.request("send", { channel: "telegram", to: "-1", message: " \n\t ", idempotencyKey: "blank" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: expect.stringMatching(/message/) });
+    expect(telegram.sent).toEqual([]);
+  });
+
   it("D2 send without a sessionKey applies the sendPolicy of the session that chats in the target chat", async () => {
     const telegram = new RecordingAdapter("telegram");
     h = await startHarness({ adapters: [telegram] });
