@@ -29,6 +29,11 @@ export interface AppOptions {
   /** Replace a configured model provider (tests). */
   modelProvider?: (id: string) => ModelProvider | undefined;
   /**
+   * false: do not take the state directory's lock. Only for in-process tests that play a daemon
+   * killed mid-work and start its successor beside it; a real kill releases the lock itself.
+   */
+  lockState?: boolean;
+  /**
    * The outbox's clock (its rate limiter, backoff and retention): tests share an accelerated
    * clock with a platform fake, so hours of rate-limited sending run in seconds.
    */
@@ -72,12 +77,12 @@ export class App {
 
   async open(): Promise<void> {
     // Before anything reads or resumes state: a second daemon on it would send every pending reply again.
-    this.lock = await lockStateDir(this.stateDir);
+    if (this.opts.lockState !== false) this.lock = await lockStateDir(this.stateDir);
     try {
       await this.openLocked();
     } catch (err) {
       await this.kv?.close().catch(() => undefined);
-      await this.lock.release();
+      await this.lock?.release();
       throw err;
     }
   }

@@ -40,6 +40,8 @@ export interface HarnessOptions {
   plugins?: DaemonOptions["plugins"];
   adapterFactories?: DaemonOptions["adapterFactories"];
   pruneIntervalMs?: number;
+  /** A daemon a test will treat as killed mid-work, its successor started beside it: it takes no state lock. */
+  killedLater?: boolean;
   /** The daemon's logger (default: silent), for tests that read what the operator is told. */
   log?: pino.Logger;
 }
@@ -75,6 +77,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     adapterFactories: opts.adapterFactories,
     plugins: [(d) => adapters.forEach((a) => d.app.registerAdapter(a)), ...(opts.plugins ?? [])],
     pruneIntervalMs: opts.pruneIntervalMs,
+    ...(opts.killedLater ? { lockState: false } : {}),
   });
   const { port } = await daemon.start();
   const url = `ws://127.0.0.1:${port}/`;

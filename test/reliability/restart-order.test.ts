@@ -27,7 +27,7 @@ describe("restart keeps arrival order", () => {
     // all twelve are durably accepted and none is finished (as if it had been killed now).
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
-    const a = await startHarness({ stateDir, adapters: [new RecordingAdapter("telegram")], responder: async () => (await gate, { content: "late" }) });
+    const a = await startHarness({ stateDir, killedLater: true, adapters: [new RecordingAdapter("telegram")], responder: async () => (await gate, { content: "late" }) });
     harnesses.push(a);
     const batch = Array.from({ length: 12 }, (_, i) => inbound({ peerId: "4242", to: "4242", senderId: "4242", text: `n${i + 1}`, messageId: `4242:${i + 1}` }));
     await Promise.all(batch.map((m) => a.app.router.accept(m)));
@@ -60,7 +60,7 @@ describe("restart keeps arrival order", () => {
     const gate = new Promise<void>((r) => (release = r));
     // One session per chat, so that the two runs are under way at once.
     const config = { session: { dmScope: "per-channel-peer" as const } };
-    const a = await startHarness({ stateDir, config, adapters: [new RecordingAdapter("telegram")], responder: async () => (await gate, { content: "late" }) });
+    const a = await startHarness({ stateDir, config, killedLater: true, adapters: [new RecordingAdapter("telegram")], responder: async () => (await gate, { content: "late" }) });
     harnesses.push(a);
     const answered = inbound({ peerId: "51", to: "51", senderId: "51", text: "what is 6×7?", messageId: "51:1" });
     const midTools = inbound({ peerId: "52", to: "52", senderId: "52", text: "look it up", messageId: "52:1" });
