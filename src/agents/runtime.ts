@@ -74,7 +74,12 @@ export interface RunInfo {
   model?: string;
 }
 
-export type WaitResult = { runId: string; status: "ok" | "error" | "timeout"; startedAt?: number; endedAt?: number; error?: string };
+/**
+ * `unknown`: a "timeout" for a run this daemon has no record of — never started here, or forgotten
+ * (a restart, or it ended longer ago than completions are kept). A client that waited across a
+ * reconnect (the web chat) learns that nothing more will come of it.
+ */
+export type WaitResult = { runId: string; status: "ok" | "error" | "timeout"; startedAt?: number; endedAt?: number; error?: string; unknown?: true };
 
 export type RunEvent =
   | { phase: "queued" | "start"; runId: string; sessionKey: string }
@@ -155,7 +160,7 @@ export class AgentRuntime {
   async wait(runId: string, timeoutMs: number): Promise<WaitResult> {
     const known = this.get(runId);
     if (known && isFinished(known)) return toWait(known);
-    if (timeoutMs <= 0) return { runId, status: "timeout" };
+    if (timeoutMs <= 0) return known ? { runId, status: "timeout" } : { runId, status: "timeout", unknown: true };
     return new Promise((resolve) => {
       const onEvent = (ev: RunEvent) => {
         if (ev.phase !== "end" || ev.runId !== runId) return;
@@ -165,7 +170,8 @@ export class AgentRuntime {
       };
       const timer = setTimeout(() => {
         this.events.off("run", onEvent);
-        resolve({ runId, status: "timeout", ...(this.get(runId)?.startedAt ? { startedAt: this.get(runId)?.startedAt } : {}) });
+        const info = this.get(runId);
+        resolve(info ? { runId, status: "timeout", ...(info.startedAt ? { startedAt: info.startedAt } : {}) } : { runId, status: "timeout", unknown: true });
       }, timeoutMs);
       this.events.on("run", onEvent);
     });

@@ -52,6 +52,18 @@ export function createHandlers(app: App, version: string): Handlers {
       throw err;
     }
   };
+  /**
+   * A session's key or sessionId; a name that is neither names a new session, as a key does: the
+   * web chat's session box starts a conversation called "work" as readily as "agent:main:work".
+   */
+  const resolveOrNewKey = (ref: string) => {
+    try {
+      return resolveKey(ref);
+    } catch (err) {
+      if (err instanceof GatewayError && err.code === "NOT_FOUND" && ref.trim()) return app.canonicalKey(ref);
+      throw err;
+    }
+  };
   const requireAgent = (raw: string | undefined): string => {
     if (raw === undefined) return app.defaultAgentId;
     const id = normalizeAgentId(raw);
@@ -168,7 +180,7 @@ export function createHandlers(app: App, version: string): Handlers {
     },
 
     async "chat.send"(p, ctx) {
-      const key = resolveKey(p.sessionKey);
+      const key = resolveOrNewKey(p.sessionKey);
       const agentId = agentOfKey(key);
       const runId = p.idempotencyKey;
       // A retry racing its original: the run is not in the runtime until chatSend has stored the

@@ -34,6 +34,8 @@ export class GatewayConnection {
   #waiting = new Map();
   /** @type {{defaultAgentId?: string, scope?: string} | undefined} */
   #sessionDefaults = undefined;
+  /** The gateway's `policy.maxPayload` from its last handshake: a larger frame is refused. */
+  #maxPayload = Infinity;
 
   /**
    * @param {{url: string, token?: string | null, WebSocket?: any, retryMs?: number[],
@@ -93,8 +95,25 @@ export class GatewayConnection {
     const frame = JSON.stringify({ type: "req", id, method, params });
     return new Promise((resolve, reject) => {
       this.#waiting.set(id, { frame, resolve, reject });
-      if (this.#connected) this.#ws?.send(frame);
+      if (this.#connected && this.#ws) this.#send(this.#ws, id);
     });
+  }
+
+  /**
+   * Send a waiting request, unless it is larger than the gateway takes: one far larger makes the
+   * gateway close the connection, and sending it again on every reconnect would never end.
+   * @param {WebSocket} ws
+   * @param {string} id
+   */
+  #send(ws, id) {
+    const request = /** @type {{frame: string, reject: (err: Error) => void}} */ (this.#waiting.get(id));
+    const bytes = new TextEncoder().encode(request.frame).length;
+    if (bytes > this.#maxPayload) {
+      this.#waiting.delete(id);
+      request.reject(new Error(`message too large: ${bytes} bytes (the gateway takes at most ${this.#maxPayload})`));
+      return;
+    }
+    ws.send(request.frame);
   }
 
   #open() {
@@ -149,15 +168,16 @@ export class GatewayConnection {
 
   /**
    * @param {WebSocket} ws
-   * @param {{ok: boolean, payload?: {snapshot?: {sessionDefaults?: {defaultAgentId?: string, scope?: string}}}, error?: {code?: string, message?: string}}} frame
+   * @param {{ok: boolean, payload?: {snapshot?: {sessionDefaults?: {defaultAgentId?: string, scope?: string}}, policy?: {maxPayload?: number}}, error?: {code?: string, message?: string}}} frame
    */
   #onConnectAnswer(ws, frame) {
     if (frame.ok) {
       this.#sessionDefaults = frame.payload?.snapshot?.sessionDefaults;
+      this.#maxPayload = frame.payload?.policy?.maxPayload ?? Infinity;
       this.#connected = true;
       this.#attempt = 0;
       this.#handlers.onStatus("Connected");
-      for (const { frame: request } of this.#waiting.values()) ws.send(request);
+      for (const id of [...this.#waiting.keys()]) this.#send(ws, id);
       this.#handlers.onReady();
     } else if (frame.error?.code === "UNAUTHORIZED") {
       // Retrying the same token cannot succeed: wait for the page to supply another.
@@ -206,6 +226,12 @@ function textOf(message) {
   if (typeof message?.content === "string") return message.content;
   return (message?.content || []).filter((b) => b.type === "text").map((b) => b.text ?? "").join("");
 }
+
+/**
+ * A reply the agent chose not to give: a silence token (src/util/skip-token.ts), bare or dressed in
+ * marks. The transcript keeps it; no chat is sent it, so the page does not show it either.
+ */
+const SILENT = /^[\s\p{P}`~^>]*(?:NO_REPLY|REPLY_SKIP|ANNOUNCE_SKIP)[\s\p{P}`~^>]*$/u;
 
 /**
  * @typedef {{role: "user" | "assistant" | "error", text: string, pending?: boolean, runId?: string}} ChatItem
@@ -267,25 +293,36 @@ export class ChatView {
     for (const run of this.#awaiting.values()) run.carried = true;
     await Promise.allSettled([...this.#sends]);
     // Asked before the history is read: a run finished by then has its reply in what is read.
-    const runs = await Promise.all([...this.#awaiting.keys()].map((runId) => this.#conn.request("agent.wait", { runId, timeoutMs: 0 }).catch(() => undefined)));
+    // Only a send the gateway has answered has a run to ask about: one refused has its error event
+    // coming, one made meanwhile may not have started yet.
+    const started = [...this.#awaiting].filter(([, run]) => run.accepted).map(([runId]) => runId);
+    const runs = await Promise.all(started.map((runId) => this.#conn.request("agent.wait", { runId, timeoutMs: 0 }).catch(() => undefined)));
     const failed = [];
     for (const run of runs) {
-      if (!run || run.status === "timeout") continue;
+      // A "timeout" without an end is a run still queued or going: its `chat` event is to come.
+      if (!run || (run.status === "timeout" && !run.endedAt && !run.unknown)) continue;
       this.#awaiting.delete(run.runId);
-      if (run.status === "ok") this.#shown.add(run.runId);
+      // A run the daemon no longer knows (it restarted, or the run ended long ago) left in the
+      // transcript all there is of it.
+      if (run.status === "ok" || run.unknown) this.#shown.add(run.runId);
       else failed.push({ role: "error", text: run.error || RUN_FAILED });
     }
     // A send answered by now is in the history read next; one made meanwhile is shown from here.
     const accepted = new Set([...this.#awaiting].filter(([, run]) => run.accepted).map(([runId]) => runId));
     let items;
+    let sessionKey = this.#sessionKey;
     try {
-      const history = await this.#conn.request("chat.history", { sessionKey: this.#sessionKey, limit: 200 });
-      items = history.messages.flatMap((/** @type {{role: string, content: any}} */ m) => (m.role === "user" || (m.role === "assistant" && textOf(m)) ? [{ role: m.role, text: textOf(m) }] : []));
+      const history = await this.#conn.request("chat.history", { sessionKey, limit: 200 });
+      // The key as the daemon resolved it: a sessionId (or another spelling) typed into the page
+      // names the session, but its `chat` events carry the key, and a `/new` changes the sessionId.
+      sessionKey = history.sessionKey;
+      items = history.messages.flatMap((/** @type {{role: string, content: any}} */ m) => (m.role === "user" || (m.role === "assistant" && textOf(m) && !SILENT.test(textOf(m))) ? [{ role: m.role, text: textOf(m) }] : []));
     } catch (caught) {
       const err = /** @type {Error & {code?: string}} */ (caught);
       items = err.code === "NOT_FOUND" ? [] : [{ role: "error", text: err.message }];
     }
     if (generation !== this.#generation) return;
+    this.#sessionKey = sessionKey;
     const waiting = [...this.#awaiting].flatMap(([runId, run]) => [
       ...(accepted.has(runId) ? [] : [{ role: "user", text: run.text }]),
       { role: "assistant", text: "…", pending: true, runId },
@@ -325,7 +362,8 @@ export class ChatView {
         }
       } else if (run) run.accepted = true;
     } catch (err) {
-      this.onChat({ runId, sessionKey: this.#sessionKey, state: "error", errorMessage: /** @type {Error} */ (err).message });
+      // Not when another session was opened meanwhile: the error belongs to the one it was sent in.
+      if (this.#awaiting.has(runId)) this.onChat({ runId, sessionKey: this.#sessionKey, state: "error", errorMessage: /** @type {Error} */ (err).message });
     } finally {
       this.#sends.delete(sending);
     }

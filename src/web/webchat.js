@@ -46,8 +46,9 @@ $("composer").addEventListener("submit", (/** @type {SubmitEvent} */ ev) => {
   view.send(text);
 });
 
+// An Enter that confirms an input method's composition (Japanese, Chinese…) is not a send.
 $("message").addEventListener("keydown", (/** @type {KeyboardEvent} */ ev) => {
-  if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); $("composer").requestSubmit(); }
+  if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); $("composer").requestSubmit(); }
 });
 
 $("session-form").addEventListener("submit", (/** @type {SubmitEvent} */ ev) => {

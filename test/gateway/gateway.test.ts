@@ -241,7 +241,7 @@ describe("gateway methods", () => {
     const waited = await second.request("agent.wait", { runId: "run-2", timeoutMs: 5000 });
     expect(waited).toMatchObject({ runId: "run-2", status: "ok", startedAt: expect.any(Number), endedAt: expect.any(Number) });
     expect(await second.request("agent.wait", { runId: "run-2", timeoutMs: 0 })).toMatchObject({ status: "ok" });
-    expect(await second.request("agent.wait", { runId: "never-started", timeoutMs: 20 })).toEqual({ runId: "never-started", status: "timeout" });
+    expect(await second.request("agent.wait", { runId: "never-started", timeoutMs: 20 })).toEqual({ runId: "never-started", status: "timeout", unknown: true });
   });
 
   it("an idempotencyKey repeated on a new connection returns the first run, not a second one", async () => {

@@ -4,6 +4,7 @@
  * restarting, Wi-Fi dropping, an answer lost on the way. Nothing typed is lost or run twice, and
  * every reply is shown exactly once.
  */
+import { rmSync } from "node:fs";
 import { afterEach, expect, it, vi } from "vitest";
 import WebSocket from "ws";
 import type { ConfigInput } from "../../src/config/schema.js";
@@ -190,7 +191,12 @@ it("a token the gateway refuses stops the retries until the page gives another; 
  * answers and events that matters cannot be produced on demand through the real gateway.
  */
 function scripted(answer: (method: string, params: Record<string, string>) => unknown) {
-  const view = new ChatView({ request: async (method: string, params: Record<string, string>) => answer(method, params) } as unknown as GatewayConnection);
+  const request = async (method: string, params: Record<string, string>) => {
+    const payload = await answer(method, params);
+    // As the gateway answers chat.history: with the key it resolved.
+    return method === "chat.history" ? { sessionKey: params.sessionKey, ...(payload as object) } : payload;
+  };
+  const view = new ChatView({ request } as unknown as GatewayConnection);
   return { view, shown: () => view.items.map((i) => `${i.role}: ${i.text}`) };
 }
 const said = (text: string) => ({ role: "assistant", content: [{ type: "text", text }] });
@@ -324,4 +330,102 @@ it("interfaces §3 a chat command's reply is shown once, though it comes both in
   // The event was sent on the page's connection right after the answer: before this one's answer.
   await conn!.request("health", {});
   expect(p.shown()).toEqual(["user: /status", expect.stringMatching(/^assistant: \S/)]);
+});
+
+it("a send refused in one session shows its error there only: not in the session the page opened meanwhile", async () => {
+  const p = await page();
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  await (await h!.client()).request("sessions.patch", { key: "agent:main:quiet", sendPolicy: "deny" });
+  await p.view.open("agent:main:quiet");
+  const sending = p.view.send("anyone there?");
+  // Switched before the gateway's refusal came back.
+  await Promise.all([sending, p.view.open("main")]);
+  expect(p.shown()).toEqual([]);
+});
+
+it("a reply that came while the page was away, across a daemon restart, is shown once and its placeholder goes", async () => {
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const p = await page({ responder: async (req, i) => (await gate, echoLastUser(req, i)) });
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  await p.view.send("before the restart");
+  await vi.waitFor(() => expect(h!.model.requests).toHaveLength(1));
+  relay!.down();
+  release();
+  // The daemon answers while the page is away, then restarts (a stop drains the run and its reply).
+  const { stateDir } = h!;
+  const port = Number(new URL(h!.url).port);
+  await h!.stop({ keepState: true });
+  h = await startHarness({ stateDir, config: { gateway: { port } } });
+  try {
+    relay!.up();
+    await vi.waitFor(() => expect(p.state.reloads).toBe(2));
+    expect(p.shown()).toEqual(["user: before the restart", "assistant: echo: before the restart"]);
+  } finally {
+    await h.stop();
+    h = undefined;
+    rmSync(stateDir, { recursive: true, force: true });
+  }
+});
+
+it("R12 a session opened by its sessionId shows its replies as they come, and keeps doing so after /new gives it another sessionId", async () => {
+  const p = await page();
+  const admin = await h!.client();
+  await admin.request("agent", { message: "first", sessionKey: "agent:main:work", idempotencyKey: "w1" }, { expectFinal: true });
+  const { sessions } = await admin.request("sessions.list", {});
+  const sessionId = (sessions as Array<{ key: string; sessionId: string }>).find((s) => s.key === "agent:main:work")!.sessionId;
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  await p.view.open(sessionId);
+  expect(p.shown()).toEqual(["user: first", "assistant: echo: first"]);
+  await p.view.send("second");
+  await vi.waitFor(() => expect(p.shown()).toEqual(["user: first", "assistant: echo: first", "user: second", "assistant: echo: second"]));
+  await p.view.send("/new");
+  await p.view.send("third");
+  await vi.waitFor(() => expect(p.shown().slice(-2)).toEqual(["user: third", "assistant: echo: third"]));
+});
+
+it("a silent reply (NO_REPLY) stays silent after a reload: the transcript's token is not shown", async () => {
+  const p = await page({ responder: () => ({ content: "NO_REPLY" }) });
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  await p.view.send("just noting this");
+  await vi.waitFor(() => expect(p.shown()).toEqual(["user: just noting this"]));
+  relay!.down();
+  relay!.up();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(2));
+  expect(p.shown()).toEqual(["user: just noting this"]);
+});
+
+it("a message too large for the gateway is refused with an error, and the page stays connected and usable", async () => {
+  const p = await page({ config: { gateway: { maxPayload: 4096 } } });
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  await p.view.send("x".repeat(20_000));
+  expect(p.shown()).toEqual([`user: ${"x".repeat(20_000)}`, expect.stringMatching(/^error: .*too large/)]);
+  await p.view.send("short");
+  await vi.waitFor(() => expect(p.shown().slice(-2)).toEqual(["user: short", "assistant: echo: short"]));
+  expect(relay!.connections).toBe(1);
+});
+
+it("a run that timed out while the page was away shows its error after the reconnect: no placeholder left waiting", async () => {
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const p = await page({ config: { agents: { defaults: { runTimeoutSeconds: 0.2 } } }, responder: async (req, i) => (await gate, echoLastUser(req, i)) });
+  try {
+    conn!.start();
+    await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+    relay!.deaf();
+    void p.view.send("too slow");
+    const runId = p.runIdOf(0)!;
+    await vi.waitFor(() => expect(h!.app.runtime.get(runId)?.status).toBe("timeout"));
+    relay!.down();
+    relay!.up();
+    await vi.waitFor(() => expect(p.state.reloads).toBe(2));
+    expect(p.shown()).toEqual(["user: too slow", expect.stringMatching(/^error: .*timed out/)]);
+  } finally {
+    release();
+  }
 });

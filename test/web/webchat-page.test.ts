@@ -107,3 +107,26 @@ it("coming back to the page from the back-forward cache connects again and reloa
   type("after");
   await vi.waitFor(() => expect(shown()).toEqual(["user: Youbefore", "assistant: Agentecho: before", "user: Youafter", "assistant: Agentecho: after"]));
 });
+
+it("Enter that confirms an input method's composition (Japanese, Chinese…) does not send the half-typed text", async () => {
+  h = await startHarness();
+  await openPage(h);
+  await vi.waitFor(() => expect($("status").textContent).toBe("Connected"));
+  $<HTMLTextAreaElement>("message").value = "にほん";
+  $("message").dispatchEvent(new KeyboardEvent("keydown", { key: "Enter", isComposing: true, bubbles: true, cancelable: true }));
+  expect($<HTMLTextAreaElement>("message").value).toBe("にほん");
+  expect(shown()).toEqual([]);
+  type("日本語");
+  await vi.waitFor(() => expect(shown()).toEqual(["user: You日本語", "assistant: Agentecho: 日本語"]));
+});
+
+it("a new conversation opened by a plain name in the session form (no agent:… key) takes messages and shows their replies", async () => {
+  h = await startHarness();
+  await openPage(h);
+  await vi.waitFor(() => expect($("status").textContent).toBe("Connected"));
+  $<HTMLInputElement>("session").value = "Trip planning";
+  $<HTMLFormElement>("session-form").requestSubmit();
+  await vi.waitFor(() => expect(localStorage.getItem("sb.session")).toBe("Trip planning"));
+  type("where to?");
+  await vi.waitFor(() => expect(shown()).toEqual(["user: Youwhere to?", "assistant: Agentecho: where to?"]));
+});
