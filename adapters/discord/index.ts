@@ -2,7 +2,7 @@
  * Discord channel adapter (discord.js 14): gateway events → InboundMessage / NativeCommand, and
  * send/typing over REST. Reconnects and RESUME are discord.js's job; we only mirror its state.
  */
-import { Client, Events, GatewayIntentBits, Partials, Routes, type APIMessage, type RESTPostAPIChannelMessageJSONBody } from "discord.js";
+import { Client, Events, GatewayIntentBits, Options, Partials, Routes, type APIMessage, type RESTPostAPIChannelMessageJSONBody } from "discord.js";
 import { createHash } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { AdapterContext, ChannelAdapter, ChannelHealth, InboundMessage, OutboundTarget, RateLimit, SendOptions, SendReceipt } from "../../src/channels/types.js";
@@ -26,6 +26,30 @@ const SEND_DEADLINE_MS = 30_000;
 const TYPING_DEADLINE_MS = 5_000;
 /** client.destroy() waits for the close handshake; a dead peer must not hold up shutdown. */
 const STOP_GRACE_MS = 2_000;
+/** Users, and members of each guild, that discord.js keeps (oldest dropped first; the bot itself always). */
+export const CACHED_PEOPLE = 1000;
+
+/**
+ * discord.js caches every message (200 per channel), user, guild member and DM channel it sees, for
+ * the client's life: a daemon's memory grew with every person who ever wrote to the bot. Nothing
+ * here reads a cache back — each event carries what mapping needs, REST calls take ids — so messages
+ * are not kept and people only up to CACHED_PEOPLE (dropping one costs nothing: the next event
+ * brings it again). A message's member is resolved from the cache, so members are kept, not 0.
+ */
+const makeCache = Options.cacheWithLimits({
+  ...Options.DefaultMakeCacheSettings,
+  MessageManager: 0,
+  UserManager: { maxSize: CACHED_PEOPLE, keepOverLimit: (user) => user.id === user.client.user.id },
+  GuildMemberManager: { maxSize: CACHED_PEOPLE, keepOverLimit: (member) => member.id === member.client.user.id },
+});
+
+/**
+ * DM channels cannot be limited that way (discord.js does not support limiting its channel cache),
+ * and Partials.Channel makes one afresh from each DM's payload: dropped once its event is mapped.
+ */
+function forgetDmChannel(c: Client, event: { inGuild(): boolean; channelId: string | null }): void {
+  if (!event.inGuild() && event.channelId) c.channels.cache.delete(event.channelId);
+}
 
 /** Discord's published limits: 5 messages / 5 s per channel, 50 requests / s per bot. */
 /** Discord nonces are at most 25 characters: a digest of our per-chunk idempotency key. */
@@ -125,6 +149,7 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext,
     c.on(Events.MessageCreate, (message) => {
       if (!live() || !c.user) return;
       const mapped = mapMessage(message, { botId: c.user.id, botName: c.user.username, accountId: config.accountId });
+      forgetDmChannel(c, message);
       if (!mapped) return;
       health.lastInboundAt = Date.now();
       deliver(mapped);
@@ -132,7 +157,9 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext,
     // Edits (MessageUpdate) are deliberately not subscribed: an edit is never a new message or a command.
     c.on(Events.InteractionCreate, (interaction) => {
       if (!live() || !interaction.isChatInputCommand()) return;
+      // Its channel is read before the first await: it can be forgotten once this returns.
       void handleCommandInteraction(interaction, { accountId: config.accountId, ctx, log, token: config.token });
+      forgetDmChannel(c, interaction);
     });
   }
 
@@ -155,6 +182,7 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext,
       intents: [GatewayIntentBits.Guilds, GatewayIntentBits.GuildMessages, GatewayIntentBits.DirectMessages, GatewayIntentBits.MessageContent],
       // Without the Channel partial discord.js drops DMs from uncached DM channels.
       partials: [Partials.Channel],
+      makeCache,
       allowedMentions: { parse: [] },
       rest: { api: config.apiBase, rejectOnRateLimit: (limit) => limit.retryAfter > MAX_INLINE_RATE_LIMIT_WAIT_MS },
     });

@@ -156,24 +156,29 @@ export class AgentRuntime {
     return this.runs.get(runId)?.info ?? this.completed.get(runId);
   }
 
-  /** Server-side wait (R18): answers from the registry after the run ended. */
-  async wait(runId: string, timeoutMs: number): Promise<WaitResult> {
+  /**
+   * Server-side wait (R18): answers from the registry after the run ended. `signal`: the waiter is
+   * gone (its gateway connection closed), so the wait ends now, answered "timeout", rather than
+   * keep its listener and timer for up to a day.
+   */
+  async wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult> {
     const known = this.get(runId);
     if (known && isFinished(known)) return toWait(known);
-    if (timeoutMs <= 0) return known ? { runId, status: "timeout" } : { runId, status: "timeout", unknown: true };
+    if (timeoutMs <= 0 || signal?.aborted) return this.timedOut(runId);
     return new Promise((resolve) => {
-      const onEvent = (ev: RunEvent) => {
-        if (ev.phase !== "end" || ev.runId !== runId) return;
+      const settle = (result: WaitResult) => {
         clearTimeout(timer);
         this.events.off("run", onEvent);
-        resolve(toWait(this.get(runId) ?? { runId, status: ev.outcome.status } as RunInfo));
+        signal?.removeEventListener("abort", timedOut);
+        resolve(result);
       };
-      const timer = setTimeout(() => {
-        this.events.off("run", onEvent);
-        const info = this.get(runId);
-        resolve(info ? { runId, status: "timeout", ...(info.startedAt ? { startedAt: info.startedAt } : {}) } : { runId, status: "timeout", unknown: true });
-      }, timeoutMs);
+      const onEvent = (ev: RunEvent) => {
+        if (ev.phase === "end" && ev.runId === runId) settle(toWait(this.get(runId) ?? ({ runId, status: ev.outcome.status } as RunInfo)));
+      };
+      const timedOut = () => settle(this.timedOut(runId));
+      const timer = setTimeout(timedOut, timeoutMs);
       this.events.on("run", onEvent);
+      signal?.addEventListener("abort", timedOut, { once: true });
     });
   }
 
@@ -206,6 +211,13 @@ export class AgentRuntime {
     let queued = 0;
     for (const r of this.runs.values()) r.info.status === "running" ? running++ : queued++;
     return { running, queued };
+  }
+
+  /** A wait's "timeout": the run goes on (with when it started), or it is unknown here. */
+  private timedOut(runId: string): WaitResult {
+    const info = this.get(runId);
+    if (!info) return { runId, status: "timeout", unknown: true };
+    return { runId, status: "timeout", ...(info.startedAt ? { startedAt: info.startedAt } : {}) };
   }
 
   /** Stop accepting runs and wait (bounded) for the ones in flight. */

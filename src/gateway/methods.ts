@@ -23,6 +23,8 @@ export interface CallContext {
   broadcast(event: string, payload: unknown): void;
   /** Run `fn` once this request is answered (its first answer, for `agent`): events follow their response. */
   afterResponse(fn: () => void): void;
+  /** Aborted when the caller's connection closes: nothing waits on its behalf any longer. */
+  signal: AbortSignal;
 }
 
 export interface TwoPhase {
@@ -230,7 +232,7 @@ export function createHandlers(app: App, version: string): Handlers {
       return answer;
     },
 
-    async agent(p) {
+    async agent(p, ctx) {
       const runId = p.idempotencyKey;
       const known = app.runtime.get(runId);
       let sessionKey: string;
@@ -239,7 +241,7 @@ export function createHandlers(app: App, version: string): Handlers {
       if (known) {
         sessionKey = known.sessionKey;
         acceptedAt = known.acceptedAt;
-        done = app.runtime.wait(runId, 24 * 3600_000).then(() => outcomeOf(app.runtime.get(runId)));
+        done = app.runtime.wait(runId, 24 * 3600_000, ctx.signal).then(() => outcomeOf(app.runtime.get(runId)));
       } else {
         const agentId = requireAgent(p.agentId);
         sessionKey = p.sessionKey ? resolveKey(p.sessionKey, agentId) : p.sessionId ? resolveKey(p.sessionId, agentId) : app.canonicalKey(MAIN_KEY, agentId);
@@ -289,8 +291,8 @@ export function createHandlers(app: App, version: string): Handlers {
       } satisfies TwoPhase;
     },
 
-    async "agent.wait"(p) {
-      return app.runtime.wait(p.runId, p.timeoutMs ?? 30_000);
+    async "agent.wait"(p, ctx) {
+      return app.runtime.wait(p.runId, p.timeoutMs ?? 30_000, ctx.signal);
     },
 
     async send(p) {
@@ -334,7 +336,7 @@ export function createHandlers(app: App, version: string): Handlers {
       if (known) {
         sessionKey = known.sessionKey;
         acceptedAt = known.acceptedAt;
-        done = app.runtime.wait(runId, 24 * 3600_000).then(() => outcomeOf(app.runtime.get(runId)));
+        done = app.runtime.wait(runId, 24 * 3600_000, ctx.signal).then(() => outcomeOf(app.runtime.get(runId)));
       } else {
         const nodeId = ctx.nodeId ?? ctx.connId;
         sessionKey = p.sessionKey ? resolveKey(p.sessionKey) : nodeSessionKey(nodeId);

@@ -4,6 +4,7 @@
  * connection and the daemon stay up.
  */
 import { randomUUID, timingSafeEqual } from "node:crypto";
+import { setMaxListeners } from "node:events";
 import http from "node:http";
 import { isIP, type AddressInfo } from "node:net";
 import { WebSocketServer, type WebSocket } from "ws";
@@ -37,6 +38,8 @@ interface Connection {
   scopes: string[];
   nodeId?: string;
   seq: number;
+  /** Aborted when the socket closes: ends what waits on the client's behalf (CallContext.signal). */
+  closed: AbortController;
 }
 
 const HANDSHAKE_TIMEOUT_MS = 10_000;
@@ -155,7 +158,9 @@ export class Gateway {
   }
 
   private onConnection(ws: WebSocket): void {
-    const conn: Connection = { connId: randomUUID(), ws, state: "handshake", role: "operator", scopes: [], seq: 0 };
+    const conn: Connection = { connId: randomUUID(), ws, state: "handshake", role: "operator", scopes: [], seq: 0, closed: new AbortController() };
+    // One listener per wait in progress: a client may well have more than ten.
+    setMaxListeners(0, conn.closed.signal);
     this.conns.add(conn);
     const timer = setTimeout(() => {
       if (conn.state === "handshake") ws.close(4008, "handshake timeout");
@@ -163,6 +168,7 @@ export class Gateway {
     ws.on("close", () => {
       clearTimeout(timer);
       this.conns.delete(conn);
+      conn.closed.abort();
     });
     ws.on("error", (err) => this.log.debug({ err: err.message, connId: conn.connId }, "socket error"));
     ws.on("message", (data, isBinary) => void this.onFrame(conn, data as Buffer, isBinary));
@@ -247,7 +253,7 @@ export class Gateway {
     if (!parsed.success) return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `invalid ${method} params: ${describeZodError(parsed.error)}` });
     const afterResponse: Array<() => void> = [];
     const answered = () => afterResponse.splice(0).forEach((fn) => fn());
-    const ctx: CallContext = { connId: conn.connId, role: conn.role, nodeId: conn.nodeId, broadcast: (event, payload) => this.broadcast(event, payload), afterResponse: (fn) => afterResponse.push(fn) };
+    const ctx: CallContext = { connId: conn.connId, role: conn.role, nodeId: conn.nodeId, broadcast: (event, payload) => this.broadcast(event, payload), afterResponse: (fn) => afterResponse.push(fn), signal: conn.closed.signal };
     try {
       const result = await (this.handlers[name] as (p: unknown, c: CallContext) => Promise<unknown>)(parsed.data, ctx);
       if (isTwoPhase(result)) {

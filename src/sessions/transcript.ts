@@ -41,6 +41,23 @@ const RECENT_WRITES = 16;
 const SLOW_WRITES_TO_SWITCH = 4;
 /** Append handles kept open (least recently used closed first). */
 const MAX_OPEN_FILES = 1024;
+/**
+ * Files whose FileState is kept (least recently appended forgotten first). Every session, `/new`,
+ * hook and sub-agent writes a file of its own: kept for every file ever written, the state of a
+ * daemon that runs for months grew without end (~0.5 KB a file).
+ */
+export const MAX_KNOWN_FILES = 4096;
+
+/**
+ * What the store knows of a file it appended to: that its header is written (or its torn tail
+ * fenced off), so appends go straight in, and its last message line, the next one's parent. A
+ * file forgotten (MAX_KNOWN_FILES) is prepared again at its next append, which reads both back.
+ */
+interface FileState {
+  lastId: string | null;
+  /** The store's append count at the file's latest append (tells a read that raced an append). */
+  appendedAt: number;
+}
 
 interface Tail {
   messages: TranscriptMessage[];
@@ -107,9 +124,9 @@ export interface TranscriptRef {
 }
 
 export class TranscriptStore {
-  private readonly lastIds = new Map<string, string>();
+  /** Least recently appended first. */
+  private readonly files = new Map<string, FileState>();
   private readonly chains = new Map<string, Promise<unknown>>();
-  private readonly checked = new Set<string>();
   private readonly tails = new BoundedMap<string, Tail>(MAX_TAILS);
   private readonly handles = new Map<string, Promise<fs.FileHandle>>();
   /** The handles of `handles` that have opened, for synchronous appends. */
@@ -118,29 +135,23 @@ export class TranscriptStore {
   syncWrites = true;
   /** One bit per recent synchronous append, newest lowest: set for a slow one. */
   private recentSlow = 0;
-  /** Lines appended per file in this process (tells a read that raced an append). */
-  private readonly appended = new Map<string, number>();
+  /** Lines appended in this process, to any file. */
+  private appends = 0;
   private readonly now: () => number;
 
   constructor(private readonly opts: { log?: pino.Logger; /** Times appends (tests). */ now?: () => number } = {}) {
     this.now = opts.now ?? (() => performance.now());
   }
 
+  /** Files whose state is kept (tests, metrics). */
+  get knownFiles(): number {
+    return this.files.size;
+  }
+
   async appendMessage(ref: TranscriptRef, message: TranscriptMessage): Promise<string> {
     const id = randomUUID().slice(0, 8);
-    const parentId = this.lastIds.get(ref.path) ?? null;
-    const line: TranscriptLine = { type: "message", id, parentId, timestamp: new Date(message.timestamp).toISOString(), message };
-    this.lastIds.set(ref.path, id);
-    try {
-      await this.write(ref, line);
-    } catch (err) {
-      // A line that never reached the file is no one's parent (unless a later line already took it).
-      if (this.lastIds.get(ref.path) === id) {
-        if (parentId === null) this.lastIds.delete(ref.path);
-        else this.lastIds.set(ref.path, parentId);
-      }
-      throw err;
-    }
+    // Its parent is set as it is written (see encode): the line written before it in the file.
+    await this.write(ref, { type: "message", id, parentId: null, timestamp: new Date(message.timestamp).toISOString(), message });
     return id;
   }
 
@@ -168,11 +179,11 @@ export class TranscriptStore {
     if (cached && (cached.complete || (limit !== undefined && cached.messages.length >= limit))) {
       return limit === undefined ? cached.messages.slice() : cached.messages.slice(-limit);
     }
-    const version = this.appended.get(file) ?? 0;
+    const version = this.files.get(file)?.appendedAt ?? 0;
     const out = limit === undefined ? (await readAllLines(file)).flatMap((line) => messageOf(line) ?? []) : await readLastLines(file, limit, messageOf);
     // Fewer messages than asked for means the whole file was read. A line appended while reading
     // could be missing from what was read, so the tail is cached only if none was.
-    if ((this.appended.get(file) ?? 0) === version && !this.chains.has(file)) {
+    if ((this.files.get(file)?.appendedAt ?? 0) === version && !this.chains.has(file)) {
       const complete = (limit === undefined || out.length < limit) && out.length <= TAIL_MESSAGES;
       this.tails.set(file, { messages: out.slice(-TAIL_MESSAGES).map(deepFreeze), complete });
     }
@@ -201,11 +212,12 @@ export class TranscriptStore {
   private write(ref: TranscriptRef, line: TranscriptLine): Promise<void> {
     // The common case — a known file, its handle open, nothing queued before this line — is
     // written synchronously, without the promise chain (three appends a message, bench/).
-    const open = this.syncWrites && !this.chains.has(ref.path) && this.checked.has(ref.path) ? this.open.get(ref.path) : undefined;
+    const state = this.syncWrites && !this.chains.has(ref.path) ? this.files.get(ref.path) : undefined;
+    const open = state && this.open.get(ref.path);
     if (open) {
       try {
         this.touchHandle(ref.path);
-        this.append(ref.path, open, line, "");
+        this.append(ref.path, state, open, line, "");
         return Promise.resolve();
       } catch (err) {
         return Promise.reject(err);
@@ -221,24 +233,24 @@ export class TranscriptStore {
   }
 
   private async doWrite(ref: TranscriptRef, line: TranscriptLine): Promise<void> {
-    const first = !this.checked.has(ref.path);
+    // Kept only once the header (or the fence) is in the file (afterAppend): a first write that
+    // failed leaves the file to be prepared again, or its header would be lost for good.
+    let state = this.files.get(ref.path);
     let prefix = "";
-    if (first) {
+    if (!state) {
       const prepared = await this.prepare(ref);
       prefix = prepared.prefix;
       if (prepared.created) this.tails.set(ref.path, { messages: [], complete: true });
+      state = { lastId: prepared.lastId, appendedAt: 0 };
     }
     const handle = await this.handleFor(ref.path);
     if (this.syncWrites) {
-      this.append(ref.path, handle, line, prefix);
+      this.append(ref.path, state, handle, line, prefix);
     } else {
-      const { json, bytes } = encode(line, prefix);
+      const { json, bytes } = encode(line, prefix, state);
       for (let off = 0; off < bytes.length; ) off += (await handle.write(bytes, off, bytes.length - off, null)).bytesWritten;
-      this.afterAppend(ref.path, line, json);
+      this.afterAppend(ref.path, state, line, json);
     }
-    // Only once the header (or the fence) is in the file: a first write that failed leaves the
-    // file to be prepared again, or its header would be lost for good.
-    if (first) this.checked.add(ref.path);
   }
 
   /**
@@ -246,12 +258,12 @@ export class TranscriptStore {
    * thread-pool round trip that queues behind SQLite (+25% inbound throughput, bench/). A disk
    * slow enough to make that visible switches this store to asynchronous writes.
    */
-  private append(file: string, handle: fs.FileHandle, line: TranscriptLine, prefix: string): void {
-    const { json, bytes } = encode(line, prefix);
+  private append(file: string, state: FileState, handle: fs.FileHandle, line: TranscriptLine, prefix: string): void {
+    const { json, bytes } = encode(line, prefix, state);
     const started = this.now();
     for (let off = 0; off < bytes.length; ) off += writeSync(handle.fd, bytes, off, bytes.length - off, null);
     this.noteWriteTime(this.now() - started);
-    this.afterAppend(file, line, json);
+    this.afterAppend(file, state, line, json);
   }
 
   private noteWriteTime(ms: number): void {
@@ -265,9 +277,14 @@ export class TranscriptStore {
     );
   }
 
-  /** A line is in the file: count it and extend the cached tail. */
-  private afterAppend(file: string, line: TranscriptLine, json: string): void {
-    this.appended.set(file, (this.appended.get(file) ?? 0) + 1);
+  /** A line is in the file: note it in the file's state, now the most recently used, and extend the cached tail. */
+  private afterAppend(file: string, state: FileState, line: TranscriptLine, json: string): void {
+    state.appendedAt = ++this.appends;
+    // A line that never reached the file is no one's parent.
+    if (line.type === "message") state.lastId = line.id;
+    this.files.delete(file);
+    this.files.set(file, state);
+    if (this.files.size > MAX_KNOWN_FILES) this.forgetOne();
     const tail = line.type === "message" ? this.tails.get(file) : undefined;
     if (tail) {
       // A copy as read from disk would be: callers' objects are neither kept nor shared.
@@ -276,6 +293,18 @@ export class TranscriptStore {
         tail.messages.shift();
         tail.complete = false;
       }
+    }
+  }
+
+  /**
+   * Drops the state of the least recently appended file with no append queued (one whose append
+   * is under way keeps it: the state is what that append links to and counts in).
+   */
+  private forgetOne(): void {
+    for (const file of this.files.keys()) {
+      if (this.chains.has(file)) continue;
+      this.files.delete(file);
+      return;
     }
   }
 
@@ -315,25 +344,31 @@ export class TranscriptStore {
     return handle;
   }
 
-  /** First write to a file in this process: create it with a header, or fence off a torn tail. */
-  private async prepare(ref: TranscriptRef): Promise<{ prefix: string; created: boolean }> {
+  /**
+   * First write to a file in this process (or since the store forgot it): create it with a header,
+   * or fence off a torn tail and find the message line the next one follows.
+   */
+  private async prepare(ref: TranscriptRef): Promise<{ prefix: string; created: boolean; lastId: string | null }> {
     const header = (): string => `${JSON.stringify({ type: "session", version: 1, id: ref.sessionId, key: ref.key, timestamp: new Date().toISOString() } satisfies TranscriptLine)}\n`;
     const handle = await fs.open(ref.path, "r").catch(() => undefined);
     if (!handle) {
       await fs.mkdir(path.dirname(ref.path), { recursive: true });
-      return { prefix: header(), created: true };
+      return { prefix: header(), created: true, lastId: null };
     }
+    let prefix: string;
     try {
       const { size } = await handle.stat();
       // Created, then killed before its first write (the append handle opens the file a thread-pool
       // round trip before the header goes in with the first line): it still needs its header.
-      if (size === 0) return { prefix: header(), created: true };
+      if (size === 0) return { prefix: header(), created: true, lastId: null };
       const buf = Buffer.alloc(1);
       await handle.read(buf, 0, 1, size - 1);
-      return { prefix: buf[0] === 0x0a ? "" : "\n", created: false };
+      prefix = buf[0] === 0x0a ? "" : "\n";
     } finally {
       await handle.close();
     }
+    const [lastId = null] = await readLastLines(ref.path, 1, messageIdOf);
+    return { prefix, created: false, lastId };
   }
 }
 
@@ -342,6 +377,12 @@ function messageOf(line: string): TranscriptMessage | undefined {
   if (!line.startsWith('{"type":"message"')) return undefined;
   const parsed = parseLine(line);
   return parsed?.type === "message" ? parsed.message : undefined;
+}
+
+function messageIdOf(line: string): string | undefined {
+  if (!line.startsWith('{"type":"message"')) return undefined;
+  const parsed = parseLine(line);
+  return parsed?.type === "message" ? parsed.id : undefined;
 }
 
 function parseLine(line: string): TranscriptLine | undefined {
@@ -408,8 +449,12 @@ async function readLastLines<T>(file: string, count: number, pick: (line: string
   }
 }
 
-/** A transcript line as written: its JSON (the tail's copy is parsed from it) and the bytes. */
-function encode(line: TranscriptLine, prefix: string): { json: string; bytes: Buffer } {
+/**
+ * A transcript line as written: its JSON (the tail's copy is parsed from it) and the bytes. A
+ * message line's parent is set here, as the file's appends are serialised: the one before it.
+ */
+function encode(line: TranscriptLine, prefix: string, file: FileState): { json: string; bytes: Buffer } {
+  if (line.type === "message") line.parentId = file.lastId;
   const json = JSON.stringify(line);
   return { json, bytes: Buffer.from(`${prefix}${json}\n`, "utf8") };
 }

@@ -4,7 +4,8 @@
  */
 import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { createDiscordAdapter, type DiscordAdapterOptions } from "../../adapters/discord/index.js";
+import { ChannelType, Client } from "discord.js";
+import { CACHED_PEOPLE, createDiscordAdapter, type DiscordAdapterOptions } from "../../adapters/discord/index.js";
 import { PlatformError, type AdapterKv, type ChannelAdapter, type InboundMessage, type NativeCommand, type OutboundTarget } from "../../src/channels/types.js";
 import { ConfigSchema, type DiscordConfig } from "../../src/config/schema.js";
 import { FakeDiscord, type FakeDiscordOptions } from "../fakes/discord-api.js";
@@ -780,4 +781,33 @@ describe("discord adapter: native slash commands", () => {
     const ix2 = h.fake.injectSlashCommand({ userId: h.fake.ids.alice, channelId: h.fake.ids.general, name: "new" });
     await vi.waitFor(() => expect(h.fake.visibleReply(ix2)).toEqual({ content: "Command failed.", ephemeral: true }), waitOpts);
   });
+});
+
+describe("discord adapter: months of people writing", () => {
+  it("discord.js keeps none of their DM channels or messages, and at most CACHED_PEOPLE users and members, however many people write to the bot", async () => {
+    // The adapter's client, as discord.js itself holds it.
+    const login = vi.spyOn(Client.prototype, "login");
+    cleanups.push(async () => login.mockRestore());
+    const h = await started();
+    const client = login.mock.contexts[0] as Client;
+    const people = CACHED_PEOPLE + 500;
+    const ids = Array.from({ length: people }, (_, i) => String(1_500_000_000_000_000_000n + BigInt(i)));
+    for (const [i, id] of ids.entries()) {
+      h.fake.injectDM({ author: { id, username: `user${i}` }, content: `hi ${i}` });
+      h.fake.injectMessage({ channelId: h.fake.ids.general, author: id, content: `hello ${i}` });
+    }
+    await vi.waitFor(() => expect(h.inbound).toHaveLength(2 * people), { timeout: 60_000, interval: 50 });
+    // Slash commands in DMs bring their channel along too.
+    for (const id of ids.slice(0, 20)) h.fake.injectSlashCommand({ userId: id, name: "status" });
+    await vi.waitFor(() => expect(h.commands).toHaveLength(20), waitOpts);
+
+    expect(client.channels.cache.filter((ch) => ch.type === ChannelType.DM).size).toBe(0);
+    expect(client.channels.cache.reduce((n, ch) => n + ("messages" in ch ? ch.messages.cache.size : 0), 0)).toBe(0);
+    expect(client.users.cache.size).toBeLessThanOrEqual(CACHED_PEOPLE);
+    expect(client.users.cache.has(client.user!.id)).toBe(true);
+    for (const guild of client.guilds.cache.values()) {
+      expect(guild.members.cache.size).toBeLessThanOrEqual(CACHED_PEOPLE);
+      expect(guild.members.me).not.toBeNull();
+    }
+  }, 120_000);
 });

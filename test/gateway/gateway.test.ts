@@ -610,7 +610,7 @@ describe("gateway idempotency, events and limits", () => {
     expect(await c.request("agent", { message: "go", idempotencyKey: "slow" })).toMatchObject({ status: "accepted" });
     const waited = c.request("agent.wait", { runId: "slow" });
     // Answered after the first wait is registered (same socket, in order), and while the model is held.
-    expect(await c.request("agent.wait", { runId: "slow", timeoutMs: 0 })).toEqual({ runId: "slow", status: "timeout" });
+    expect(await c.request("agent.wait", { runId: "slow", timeoutMs: 0 })).toEqual({ runId: "slow", status: "timeout", startedAt: expect.any(Number) });
     g.release();
     expect(await waited).toMatchObject({ runId: "slow", status: "ok" });
   });
@@ -1209,5 +1209,26 @@ describe("gateway send", () => {
     await c.request("agent", { message: "report", deliver: true, channel: "telegram", to: "-9", idempotencyKey: "deliver" }, { expectFinal: true });
     await vi.waitFor(() => expect(work.textsTo("-9")).toEqual(["elsewhere", "echo: report"]));
     expect(work.sent.filter((m) => m.target.to === "-9").map((m) => m.target.accountId)).toEqual(["work", "work"]);
+  });
+});
+
+describe("gateway connections that close", () => {
+  it("a wait whose client disconnected ends with its connection: 300 closed connections leave no run listener behind", async () => {
+    h = await startHarness({ store: "memory" });
+    const { events } = h.app.runtime;
+    const baseline = events.listenerCount("run");
+    for (let i = 0; i < 300; i++) {
+      const s = await connectedSocket(h.url);
+      // A script waiting a day for a run (here one that never comes), killed meanwhile.
+      s.ws.send(JSON.stringify({ type: "req", id: "w", method: "agent.wait", params: { runId: `never-${i}`, timeoutMs: 24 * 3600_000 } }));
+      s.ws.send(JSON.stringify({ type: "req", id: "h", method: "health", params: {} }));
+      expect(await s.next()).toMatchObject({ id: "h", ok: true });
+      s.ws.close();
+      await new Promise((r) => s.ws.once("close", r));
+    }
+    await vi.waitFor(() => expect(events.listenerCount("run")).toBe(baseline), { timeout: 5000, interval: 20 });
+    // A client that stays still gets its answer.
+    const c = await h.client();
+    expect(await c.request("agent.wait", { runId: "never", timeoutMs: 20 })).toEqual({ runId: "never", status: "timeout", unknown: true });
   });
 });

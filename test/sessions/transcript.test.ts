@@ -3,7 +3,7 @@ import os from "node:os";
 import path from "node:path";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { TranscriptStore, type TranscriptMessage } from "../../src/sessions/transcript.js";
+import { MAX_KNOWN_FILES, TranscriptStore, type TranscriptMessage } from "../../src/sessions/transcript.js";
 
 const dirs: string[] = [];
 const stores: TranscriptStore[] = [];
@@ -237,5 +237,24 @@ describe("transcripts (append-only JSONL)", () => {
   it("a missing transcript reads as empty", async () => {
     const t = store();
     expect(await t.readMessages("/nonexistent/x.jsonl", 10)).toEqual([]);
+  });
+});
+
+describe("transcripts in a daemon that runs for months", () => {
+  it("what the store keeps per file stays bounded over 5,000 sessions, and a file written again after it was forgotten continues its parent chain", async () => {
+    const t = store();
+    const dir = mkdtempSync(path.join(os.tmpdir(), "sb-tr-"));
+    dirs.push(dir);
+    const refs = Array.from({ length: 5000 }, (_, i) => ({ path: path.join(dir, `s${i}.jsonl`), sessionId: `s${i}`, key: `agent:main:s${i}` }));
+    const firstIds: string[] = [];
+    for (let i = 0; i < refs.length; i += 100) firstIds.push(...(await Promise.all(refs.slice(i, i + 100).map((r) => t.appendMessage(r, user("hi"))))));
+    expect(t.knownFiles).toBeLessThanOrEqual(MAX_KNOWN_FILES);
+
+    // The first session speaks again, long after the store forgot it.
+    await t.appendMessage(refs[0], user("again"));
+    const lines = readFileSync(refs[0].path, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.map((l) => l.type)).toEqual(["session", "message", "message"]);
+    expect(lines[2].parentId).toBe(firstIds[0]);
+    expect(texts(await t.readMessages(refs[0].path))).toEqual(["hi", "again"]);
   });
 });
