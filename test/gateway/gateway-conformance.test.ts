@@ -2,9 +2,9 @@
  * Conformance of the gateway (interfaces §3) against the real daemon: a real WebSocket client,
  * real SQLite, the fake OpenAI-compatible model server.
  */
-import WebSocket from "ws";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
+import { connectFrame, rawSocket } from "../helpers/frame-socket.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 
 let h: Harness | undefined;
@@ -13,22 +13,6 @@ afterEach(async () => {
   h = undefined;
 });
 
-async function rawSocket(url: string): Promise<{ ws: WebSocket; frames: any[]; next: () => Promise<any>; closed: Promise<number> }> {
-  const ws = new WebSocket(url);
-  const frames: any[] = [];
-  const waiters: Array<(f: any) => void> = [];
-  ws.on("message", (d) => {
-    const f = JSON.parse(d.toString());
-    const w = waiters.shift();
-    w ? w(f) : frames.push(f);
-  });
-  const closed = new Promise<number>((resolve) => ws.once("close", (code) => resolve(code)));
-  await new Promise((r) => ws.once("open", r));
-  return { ws, frames, closed, next: () => (frames.length ? Promise.resolve(frames.shift()) : new Promise((r) => waiters.push(r))) };
-}
-
-const connectFrame = (over: Record<string, unknown> = {}) =>
-  JSON.stringify({ type: "req", id: "c", method: "connect", params: { minProtocol: 3, maxProtocol: 4, client: { id: "t", version: "1", platform: "test", mode: "test" }, role: "operator", scopes: ["operator.admin"], auth: {}, ...over } });
 
 describe("interfaces §3 handshake: any other first frame is refused and the socket closes", () => {
   it("interfaces §3 a binary first frame gets an error response, then the socket closes", async () => {

@@ -9,6 +9,7 @@ import { Params } from "../../src/gateway/protocol.js";
 import { closeReason } from "../../src/gateway/server.js";
 import { echoLastUser } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
+import { connectFrame as operatorConnect, rawSocket, type FrameSocket } from "../helpers/frame-socket.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 
 let h: Harness | undefined;
@@ -19,29 +20,16 @@ afterEach(async () => {
 
 const TOKEN = "test-gateway-token-123";
 
-async function rawSocket(url: string): Promise<{ ws: WebSocket; frames: any[]; next: () => Promise<any> }> {
-  const ws = new WebSocket(url);
-  const frames: any[] = [];
-  const waiters: Array<(f: any) => void> = [];
-  ws.on("message", (d) => {
-    const f = JSON.parse(d.toString());
-    const w = waiters.shift();
-    w ? w(f) : frames.push(f);
-  });
-  await new Promise((r) => ws.once("open", r));
-  return { ws, frames, next: () => (frames.length ? Promise.resolve(frames.shift()) : new Promise((r) => waiters.push(r))) };
-}
-
 /** A raw socket past the handshake (the harness runs without a token), with the connect's answer. */
-async function connectedSocket(url: string): Promise<Awaited<ReturnType<typeof rawSocket>> & { hello: any }> {
+async function connectedSocket(url: string): Promise<FrameSocket & { hello: any }> {
   const s = await rawSocket(url);
   await s.next();
   s.ws.send(connectFrame({ auth: {} }));
   return { ...s, hello: await s.next() };
 }
 
-const connectFrame = (over: Record<string, unknown> = {}) =>
-  JSON.stringify({ type: "req", id: "c", method: "connect", params: { minProtocol: 3, maxProtocol: 4, client: { id: "t", version: "1", platform: "test", mode: "test" }, role: "operator", scopes: ["operator.admin"], auth: { token: TOKEN }, ...over } });
+/** A `connect` with the test token unless `over` gives another `auth`. */
+const connectFrame = (over: Record<string, unknown> = {}) => operatorConnect({ auth: { token: TOKEN }, ...over });
 
 describe("gateway handshake and auth", () => {
   it("sends connect.challenge, then hello-ok with features and session defaults", async () => {
