@@ -38,6 +38,11 @@ program
   .option("-c, --config <file>", "config file (JSON5; or SWITCHBOARD_CONFIG; default config/default.json5)")
   .option("-s, --state-dir <dir>", "state directory (overrides stateDir and SWITCHBOARD_STATE_DIR)")
   .action(async (opts: { config?: string; stateDir?: string }) => {
+    // Everything the daemon writes — transcripts, the session store, the send journal, the
+    // WhatsApp login — is the owner's conversations and credentials: readable by its user alone,
+    // whatever the shell's umask (often 022: every file world-readable). SQLite's own files,
+    // written by its library, are covered too, which per-file modes would not be.
+    process.umask(0o077);
     const file = configPath(opts.config);
     if (opts.stateDir) process.env.SWITCHBOARD_STATE_DIR = opts.stateDir;
     const config = loadOrExit(file);

@@ -101,7 +101,13 @@ function substituteEnv(value: unknown, env: NodeJS.ProcessEnv, at: string[], uns
 
 /** Environment overrides that operators expect without editing the file (interfaces §1). */
 function applyEnvDefaults(config: Config, env: NodeJS.ProcessEnv): Config {
-  const token = config.gateway.auth.token || env.SWITCHBOARD_GATEWAY_TOKEN || undefined;
+  // A blank token (a whitespace-only env value) is no secret — any web page could present it —
+  // so it counts as none: the bind check and the browser check then apply as without one.
+  const token = nonBlank(config.gateway.auth.token) ?? nonBlank(env.SWITCHBOARD_GATEWAY_TOKEN);
   const stateDir = env.SWITCHBOARD_STATE_DIR || config.stateDir;
   return { ...config, stateDir, gateway: { ...config.gateway, auth: { ...config.gateway.auth, token } } };
+}
+
+function nonBlank(value: string | undefined): string | undefined {
+  return value?.trim() ? value : undefined;
 }

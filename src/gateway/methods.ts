@@ -325,10 +325,14 @@ export function createHandlers(app: App, version: string): Handlers {
     /**
      * A node's message (R5): runs in `node-<nodeId>` unless the node names a session. Answers
      * twice like `agent` — accepted, then the reply — because a node may call node methods only
-     * and so cannot `agent.wait`. A repeated idempotencyKey answers from the first run.
+     * and so cannot `agent.wait`. A repeated idempotencyKey answers from the first run, whose
+     * runId is `node-key:<idempotencyKey>`.
      */
     async "node.event"(p, ctx) {
-      const runId = p.idempotencyKey;
+      // A namespace of their own, as hooks have: other runs' ids are guessable (an inbound
+      // message's is its platform message id), and a repeat answers with the run's reply — a
+      // node naming one would read a session no node may see.
+      const runId = `node-key:${p.idempotencyKey}`;
       const known = app.runtime.get(runId);
       let sessionKey: string;
       let acceptedAt: number;

@@ -145,6 +145,12 @@ export class Gateway {
   }
 
   private async onHttp(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    // Node's parser lets through request-targets the URL parser refuses ("//[", "http://a:99999/"):
+    // uncaught, each would leave its request unanswered and its socket held, from anyone, unauthenticated.
+    if (!URL.canParse(req.url ?? "/", "http://localhost")) {
+      res.writeHead(400, { "content-type": "application/json", connection: "close" }).end(JSON.stringify({ error: "invalid request target" }));
+      return;
+    }
     const url = new URL(req.url ?? "/", "http://localhost");
     const handler = this.routes.get(`${req.method} ${url.pathname}`);
     try {

@@ -28,6 +28,12 @@ describe("non-loopback bind", () => {
     expect(() => assertSafeBind(config({ bind: "0.0.0.0" }, { SWITCHBOARD_GATEWAY_TOKEN: "" }))).toThrow(/without a token/);
   });
 
+  it("security: a token of only whitespace (a blank line in an env file) counts as no token", () => {
+    expect(() => assertSafeBind(config({ bind: "0.0.0.0", auth: { token: " \t\n" } }))).toThrow(/without a token/);
+    expect(() => assertSafeBind(config({ bind: "0.0.0.0", auth: { token: "${SB_TEST_BLANK_TOKEN}" } }, { SB_TEST_BLANK_TOKEN: "  " }))).toThrow(/without a token/);
+    expect(() => assertSafeBind(config({ bind: "0.0.0.0" }, { SWITCHBOARD_GATEWAY_TOKEN: "\n" }))).toThrow(/without a token/);
+  });
+
   it.each(["127.0.0.1", "127.0.0.2", "localhost", "::1"])("security: loopback %s needs no token", (bind) => {
     expect(() => assertSafeBind(config({ bind }))).not.toThrow();
   });

@@ -130,3 +130,21 @@ describe("gateway: browsers on other sites (no token, loopback)", () => {
     gw.close();
   });
 });
+
+/**
+ * A blank token (whitespace from an env file or a template) is no secret: a page of any site
+ * could present it. It is no token, so browsers of other sites are refused as without one.
+ */
+describe("gateway: a blank configured token", () => {
+  let blank: Harness;
+  beforeAll(async () => {
+    blank = await startHarness({ config: { gateway: { auth: { token: "  " } } } });
+  });
+  afterAll(async () => {
+    await blank?.stop();
+  });
+
+  it("security: a page of another site is refused at the upgrade (403), not let in with the blank token", async () => {
+    await expect(RawGateway.open(blank.url, { origin: "https://evil.example" })).rejects.toThrow(/403/);
+  });
+});

@@ -442,7 +442,7 @@ describe("nodes", () => {
     const node = await h.client({ role: "node", nodeId: "Kitchen-Pi" });
     const idempotencyKey = randomUUID();
     const reply = await node.request("node.event", { message: "temperature is 21C", idempotencyKey }, { expectFinal: true });
-    expect(reply).toEqual({ runId: idempotencyKey, status: "ok", reply: "echo: temperature is 21C" });
+    expect(reply).toEqual({ runId: `node-key:${idempotencyKey}`, status: "ok", reply: "echo: temperature is 21C" });
     expect(await row("node-kitchen-pi")).toMatchObject({ kind: "node", channel: "internal", displayName: "node Kitchen-Pi" });
     const [user] = await messagesOf(h.app, "node-kitchen-pi");
     expect(user).toMatchObject({ role: "user", content: "temperature is 21C", sender: { id: "Kitchen-Pi", channel: "node" } });
