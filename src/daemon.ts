@@ -195,7 +195,9 @@ export class Daemon {
   private serveWebchat(): void {
     const asset = (file: string, type: string) => async (_req: unknown, res: import("node:http").ServerResponse) => {
       const body = await readFile(new URL(`./web/${file}`, import.meta.url));
-      res.writeHead(200, { "content-type": type, "cache-control": "no-cache" }).end(body);
+      // Another site must not frame the page (clickjacking: the web chat drives the agent) nor
+      // have a browser read an asset as another type.
+      res.writeHead(200, { "content-type": type, "cache-control": "no-cache", "x-frame-options": "DENY", "content-security-policy": "frame-ancestors 'none'", "x-content-type-options": "nosniff" }).end(body);
     };
     if (this.app.config.channels.webchat.enabled) {
       this.gateway.route("GET", "/", asset("index.html", "text/html; charset=utf-8"));

@@ -3,7 +3,8 @@
  * interfaces §3 on the same port. Bad frames get an error response naming the problem; the
  * connection and the daemon stay up.
  */
-import { randomUUID, timingSafeEqual } from "node:crypto";
+import { randomUUID } from "node:crypto";
+import { tokenMatches } from "../util/token-matches.js";
 import { setMaxListeners } from "node:events";
 import http from "node:http";
 import { isIP, type AddressInfo } from "node:net";
@@ -348,13 +349,6 @@ function isTwoPhase(v: unknown): v is TwoPhase {
 function toErrorShape(err: unknown): ErrorShape {
   if (err instanceof GatewayError) return { code: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) };
   return { code: "UNAVAILABLE", message: err instanceof Error ? err.message : String(err) };
-}
-
-function tokenMatches(expected: string, given: string | undefined): boolean {
-  if (!given) return false;
-  const a = Buffer.from(expected);
-  const b = Buffer.from(given);
-  return a.length === b.length && timingSafeEqual(a, b);
 }
 
 /** Best-effort request id from a frame we could not parse, so the error can be correlated. */

@@ -12,7 +12,8 @@
  * `Idempotency-Key` header. A repeat is answered from the first run and runs nothing, delivers
  * nothing; across a restart, the reply's outbox id still keeps it from being delivered twice.
  */
-import { randomUUID, timingSafeEqual } from "node:crypto";
+import { randomUUID } from "node:crypto";
+import { tokenMatches } from "../util/token-matches.js";
 import type http from "node:http";
 import type pino from "pino";
 import { z } from "zod";
@@ -154,13 +155,6 @@ function tokenOf(req: http.IncomingMessage): string | undefined {
   if (auth?.toLowerCase().startsWith("bearer ")) return auth.slice(7).trim();
   const header = req.headers["x-switchboard-token"];
   return Array.isArray(header) ? header[0] : header;
-}
-
-function tokenMatches(expected: string, given: string | undefined): boolean {
-  if (!given) return false;
-  const a = Buffer.from(expected);
-  const b = Buffer.from(given);
-  return a.length === b.length && timingSafeEqual(a, b);
 }
 
 async function readBody(req: http.IncomingMessage): Promise<string> {

@@ -102,6 +102,15 @@ describe("model client robustness", () => {
     expect(model.requests).toHaveLength(1);
   });
 
+  it("model-client: an API key echoed in a 200 page that is not JSON (a proxy's) never reaches the error message, however long the page", async () => {
+    const key = "sk-test-echoed-key-123456";
+    // The key straddles the 200 characters the error quotes: cutting first would leave its start.
+    const { baseUrl } = await raw(200, `<html>${"x".repeat(175)} your key ${key} was used</html>`);
+    const err = await ask(baseUrl, { apiKey: key, maxRetries: 0 }).catch((e: Error) => e);
+    expect(String(err)).toMatch(/model returned invalid JSON: <html>x+ your key \[redact/);
+    expect(String(err)).not.toContain(key.slice(0, 3));
+  });
+
   it("model-client: tool calls, usage and finish reason are read from the reply", async () => {
     const { baseUrl } = await fake(() => ({ content: null, toolCalls: [{ name: "sessions_list", arguments: { limit: 2 } }], usage: { prompt_tokens: 7, completion_tokens: 3 } }));
     const res = await ask(baseUrl);

@@ -52,3 +52,13 @@ describe("HTTP requests anyone can send", () => {
     expect(await rawRequest("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")).toBe("HTTP/1.1 200 OK");
   });
 });
+
+describe("the web chat page's headers", () => {
+  it.each(["/", "/webchat.js", "/webchat-client.js", "/webchat.css"])("security: %s may not be framed by another site (clickjacking) nor sniffed as another type", async (asset) => {
+    const res = await fetch(`http://127.0.0.1:${port}${asset}`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("x-frame-options")).toBe("DENY");
+    expect(res.headers.get("content-security-policy")).toBe("frame-ancestors 'none'");
+    expect(res.headers.get("x-content-type-options")).toBe("nosniff");
+  });
+});

@@ -82,7 +82,8 @@ export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider
     try {
       return JSON.parse(res.text) as ChatCompletion;
     } catch {
-      throw new ModelError(`model returned invalid JSON: ${res.text.slice(0, 200)}`);
+      // Scrubbed before it is cut: a key across the cut would leave its start in the message.
+      throw new ModelError(`model returned invalid JSON: ${scrub(res.text).slice(0, 200)}`);
     }
   }
 
