@@ -11,6 +11,7 @@ import { SubagentRegistry, type SubagentRun } from "./agents/subagents/registry.
 import { CronScheduler } from "./sources/cron.js";
 import { registerHooksRoute } from "./sources/hooks.js";
 import { BackgroundTasks } from "./tools/background.js";
+import { SendWaits } from "./tools/send-waits.js";
 import { sessionTools, subagentToolFilter } from "./tools/session-tools.js";
 import type { AgentTool, ToolSource } from "./tools/types.js";
 import { BoundedMap } from "./util/bounded-map.js";
@@ -56,7 +57,8 @@ export class FullDaemon extends Daemon {
     const background = new BackgroundTasks(log);
     const subagents = new SubagentRegistry({ app, space: app.kv.space<SubagentRun>("subagents"), background, log: app.log.child({ component: "subagents" }) });
     await subagents.load();
-    app.addTools(cachedPerScope((scope) => sessionTools({ app, subagents, background, log }, scope)));
+    const waits = new SendWaits();
+    app.addTools(cachedPerScope((scope) => sessionTools({ app, subagents, background, waits, log }, scope)));
     app.addToolFilter(subagentToolFilter(app));
     app.stopHooks.push((sessionKey) => subagents.stopFor(sessionKey));
     registerHooksRoute(this.gateway, app, app.log.child({ component: "hooks" }));

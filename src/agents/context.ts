@@ -35,7 +35,7 @@ export function buildModelMessages(input: ContextInput): ChatMessage[] {
     }
     out.push(chatMessageOf(m));
   }
-  return withTools || pendingCalls.size ? dropDanglingToolCalls(out) : out;
+  return withTools || pendingCalls.size ? dropDanglingToolCalls(resultsRightAfterTheirCall(out)) : out;
 }
 
 /** The system message of a run's requests. */
@@ -96,6 +96,31 @@ function userContent(m: Extract<TranscriptMessage, { role: "user" }>): string {
     .filter(Boolean)
     .join(" ");
   return m.content.startsWith("[Inter-session message]") ? m.content : `${prefix}\n${m.content}`;
+}
+
+/**
+ * A message recorded while a run of the session waited on a tool (a group member talking, an
+ * operator's web chat message) is in the transcript between the call and its result. Providers
+ * take a call's results only right after it (OpenAI refuses the whole request, so every later run
+ * of the session would fail): such messages are shown after the results, as said during that round.
+ */
+function resultsRightAfterTheirCall(messages: ChatMessage[]): ChatMessage[] {
+  const out: ChatMessage[] = [];
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i];
+    out.push(m);
+    if (m.role !== "assistant" || !m.tool_calls?.length) continue;
+    const waiting = new Set(m.tool_calls.map((c) => c.id));
+    const saidMeanwhile: ChatMessage[] = [];
+    // Up to the run's next model turn: results missing by then never came (dropDanglingToolCalls).
+    while (waiting.size && i + 1 < messages.length && messages[i + 1].role !== "assistant") {
+      const next = messages[++i];
+      if (next.role === "tool" && waiting.delete(next.tool_call_id ?? "")) out.push(next);
+      else saidMeanwhile.push(next);
+    }
+    out.push(...saidMeanwhile);
+  }
+  return out;
 }
 
 /** Assistant tool calls without every result (a run cut short) are turned into plain text. */

@@ -128,7 +128,7 @@ export class AgentRuntime {
 
   /** Queue a run in its session's lane; resolves at once with the runId. */
   start(req: RunRequest): { runId: string; info: RunInfo; done: Promise<RunOutcome> } {
-    if (this.draining) throw new Error("daemon is shutting down; run not accepted");
+    if (this.draining) throw new Error(NOT_ACCEPTING);
     const runId = req.runId ?? randomUUID();
     const existing = this.runs.get(runId);
     if (existing) return { runId, info: existing.info, done: existing.done };
@@ -383,6 +383,9 @@ export class AgentRuntime {
     }
   }
 }
+
+/** Why start() refuses a run once drain() began; callers that store anything first check `accepting`. */
+export const NOT_ACCEPTING = "daemon is shutting down; run not accepted";
 
 const HISTORY_LIMIT = 60;
 /** finish_reason values under which an empty answer was not the model's choice. */

@@ -5,7 +5,7 @@
 import { promises as fs } from "node:fs";
 import type { App } from "../app.js";
 import type { OutboundTarget } from "../channels/types.js";
-import type { RunOutcome } from "../agents/runtime.js";
+import { NOT_ACCEPTING, type RunOutcome } from "../agents/runtime.js";
 import { classifySessionKind, isSubagentKey, agentIdFromKey, normalizeAgentId, MAIN_KEY, displayKey, nodeSessionKey } from "../sessions/keys.js";
 import { normalizeDeliveryContext, sameDestination, type DeliveryContext } from "../sessions/entry.js";
 import { toSessionRow } from "../sessions/rows.js";
@@ -76,6 +76,10 @@ export function createHandlers(app: App, version: string): Handlers {
   const checkPolicy = (key: string, channel?: string) => {
     const verdict = app.outbox.evaluateSession(key, channel);
     if (verdict.decision === "deny") throw new GatewayError("INVALID_REQUEST", POLICY_BLOCKED, { reason: verdict.reason });
+  };
+  /** Before anything is stored for a run: one the runtime would refuse leaves no session behind. */
+  const refuseWhileDraining = () => {
+    if (!app.runtime.accepting) throw new GatewayError("UNAVAILABLE", NOT_ACCEPTING);
   };
   /** chat.send answers not yet given, by idempotencyKey (see chat.send). */
   const chatSending = new Map<string, Promise<ChatSendAnswer>>();
@@ -249,6 +253,7 @@ export function createHandlers(app: App, version: string): Handlers {
         if (p.agentId && keyAgent !== agentId && sessionKey.startsWith("agent:")) throw new GatewayError("INVALID_REQUEST", `agent "${agentId}" does not match session key agent "${keyAgent}"`);
         checkPolicy(sessionKey, p.channel === "last" ? undefined : p.channel);
         if (p.spawnedBy) requireSubagentKey(sessionKey);
+        refuseWhileDraining();
         const existing = sessions().get(sessionKey);
         // Labels name one session (sessions.patch refuses a taken one): a label already in use goes
         // on as the display name, as sessions_spawn does, or resolving it would fail for both.
@@ -346,6 +351,7 @@ export function createHandlers(app: App, version: string): Handlers {
         sessionKey = p.sessionKey ? resolveKey(p.sessionKey) : nodeSessionKey(nodeId);
         const agentId = agentOfKey(sessionKey);
         checkPolicy(sessionKey);
+        refuseWhileDraining();
         if (!sessions().get(sessionKey)) await sessions().upsert(sessionKey, agentId, { displayName: `node ${nodeId}` });
         const started = app.runtime.start({ sessionKey, agentId, message: p.message, runId, provenance: { kind: "external_user" }, sender: { id: nodeId, channel: "node" } });
         acceptedAt = started.info.acceptedAt;

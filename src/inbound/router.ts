@@ -16,14 +16,14 @@ import { lazyChild } from "../log.js";
 import { z } from "zod";
 import { MAX_NAME_CHARS, MAX_TIMESTAMP_MS, type ChannelAdapter, type InboundMessage, type NativeCommand, type OutboundTarget } from "../channels/types.js";
 import type { Config } from "../config/schema.js";
-import type { AgentRuntime, RunOutcome } from "../agents/runtime.js";
+import { NOT_ACCEPTING, type AgentRuntime, type RunOutcome } from "../agents/runtime.js";
 import type { Outbox } from "../delivery/outbox.js";
 import type { SessionStore } from "../sessions/session-store.js";
 import type { TranscriptMessage, TranscriptStore } from "../sessions/transcript.js";
 import type { KvSpace } from "../store/kv.js";
-import { normalizeDeliveryContext, type SessionPatch } from "../sessions/entry.js";
+import { normalizeDeliveryContext, type SessionEntry, type SessionPatch } from "../sessions/entry.js";
 import { parseCommand, type ParsedCommand } from "./command-parse.js";
-import { executeCommand, type CommandDeps } from "./commands.js";
+import { executeCommand, type CommandDeps, type CommandScope } from "./commands.js";
 import { isOwner } from "./owners.js";
 import { resolveRoute, type Route } from "./route.js";
 import { BoundedMap } from "../util/bounded-map.js";
@@ -39,7 +39,12 @@ interface InboundRecord {
   resumes?: number;
   /** The last failure of its processing (a bug's, or I/O's once retries ran out), for the log. */
   lastError?: string;
+  /** The session its chat had when it came (see sessionSaidIn). */
+  session?: SaidIn;
 }
+
+/** A session as a message found it: its sessionId, and its entry's creation (which a reset keeps and a delete does not). */
+type SaidIn = { sessionId: string; createdAt: number };
 
 /**
  * A finished message is kept as its id alone: enough to ignore a platform redelivery. One given up
@@ -121,6 +126,8 @@ const MAX_DONE_IDS = 200_000;
 
 export class InboundRouter {
   private readonly records = new Map<string, InboundRecord>();
+  /** The accept write of each message still being stored. */
+  private readonly accepting = new Map<string, Promise<void>>();
   /** Ids of finished messages (bounded), so a platform redelivery stays a no-op. */
   private readonly doneIds = new BoundedMap<string, true>(MAX_DONE_IDS);
   private readonly lanes = new Map<string, Promise<void>>();
@@ -138,6 +145,8 @@ export class InboundRouter {
   private givenUp = 0;
   /** When each chat last got a typing indicator (bounded). */
   private readonly lastTyping = new BoundedMap<string, number>(10_000);
+  /** Per session, the receivedAt up to which its messages were stopped by a `/stop` (bounded). */
+  private readonly stoppedUpTo = new BoundedMap<string, number>(10_000);
 
   constructor(private readonly deps: RouterDeps) {}
 
@@ -182,6 +191,8 @@ export class InboundRouter {
     const msg = parsed.data as InboundMessage;
     const id = `${msg.channel}:${msg.accountId}:${msg.messageId}`;
     if (this.records.has(id) || this.doneIds.has(id)) {
+      // Known only once the first delivery's write has stored it: if that fails, so does this one.
+      await this.accepting.get(id);
       this.deps.log.debug({ inboundId: id }, "duplicate inbound ignored");
       return { status: "duplicate" };
     }
@@ -189,15 +200,22 @@ export class InboundRouter {
     // batch was accepted within one millisecond (ties used to fall back to the store's key order,
     // where "…:10" sorts before "…:9").
     this.lastReceivedAt = Math.max(Date.now(), this.lastReceivedAt + 0.001);
-    const rec: InboundRecord = { id, msg, state: "pending", receivedAt: this.lastReceivedAt };
+    const route = resolveRoute(this.deps.config, msg);
+    const current = this.deps.sessions.get(route.sessionKey);
+    const rec: InboundRecord = { id, msg, state: "pending", receivedAt: this.lastReceivedAt, ...(current ? { session: { sessionId: current.sessionId, createdAt: current.createdAt } } : {}) };
     this.records.set(id, rec);
     const durable = this.deps.space.set(id, rec).catch((err: unknown) => {
       // Not accepted: forget it, so that the platform's redelivery is processed, not deduped.
       if (this.records.get(id) === rec) this.records.delete(id);
       throw err;
     });
-    this.schedule(rec, durable);
-    await durable;
+    this.accepting.set(id, durable);
+    this.schedule(rec, durable, {}, route);
+    try {
+      await durable;
+    } finally {
+      this.accepting.delete(id);
+    }
     return { status: "accepted" };
   }
 
@@ -244,7 +262,7 @@ export class InboundRouter {
       return "⛔ Not allowed: only owners can use this command.";
     }
     await this.touch(route, origin);
-    const result = await executeCommand(parsed, { sessionKey: route.sessionKey, agentId: route.agentId, channel: origin.channel }, this.deps);
+    const result = await this.command(parsed, { sessionKey: route.sessionKey, agentId: route.agentId, channel: origin.channel }, this.lastReceivedAt);
     if (result.continueWith) await this.accept({ ...origin, text: result.continueWith, messageId: `${origin.messageId}:continue` });
     return result.reply;
   }
@@ -260,7 +278,7 @@ export class InboundRouter {
     const command = parseCommand(p.text);
     const scope = { sessionKey: p.sessionKey, agentId: p.agentId, channel: "webchat" as const };
     if (command) {
-      const result = await executeCommand(command, scope, this.deps);
+      const result = await this.command(command, scope, this.lastReceivedAt);
       if (result.continueWith) {
         const next = { ...p, text: result.continueWith, runId: `${p.runId}:continue` };
         // The gateway let the command through a denied session (so that `/send on` works); its
@@ -270,6 +288,8 @@ export class InboundRouter {
       }
       return { kind: "command", reply: result.reply };
     }
+    // Refused before it is recorded: the client's retry after the restart is then its only copy.
+    if (!this.deps.runtime.accepting) throw new Error(NOT_ACCEPTING);
     const { sessionId } = await this.recordWebchat(p);
     const { done } = this.deps.runtime.start({ sessionKey: p.sessionKey, agentId: p.agentId, message: p.text, runId: p.runId, userMessageRecorded: true, sessionId, origin: { channel: "webchat", to: p.sessionKey, accountId: "default" }, ...(p.timeoutMs !== undefined ? { timeoutMs: p.timeoutMs } : {}) });
     const delivered = done.then(async (outcome) => {
@@ -305,8 +325,7 @@ export class InboundRouter {
    * that crashes the process is counted too) — when it begins, not at start-up, so that a process
    * killed while starting does not count against the messages it had not reached.
    */
-  private schedule(rec: InboundRecord, durable: Promise<void> = Promise.resolve(), opts: { countResume?: boolean } = {}): void {
-    const route = resolveRoute(this.deps.config, rec.msg);
+  private schedule(rec: InboundRecord, durable: Promise<void> = Promise.resolve(), opts: { countResume?: boolean } = {}, route: Route = resolveRoute(this.deps.config, rec.msg)): void {
     // Commands bypass the session lane: `/stop` must not wait behind the run it stops.
     const command = this.commandOf(rec.msg);
     const isCommand = command !== null;
@@ -334,6 +353,15 @@ export class InboundRouter {
       this.inflight.delete(run);
       if (this.lanes.get(route.sessionKey) === run) this.lanes.delete(route.sessionKey);
     });
+  }
+
+  /**
+   * An owner's command. `/stop` stops the session's messages accepted up to `upTo` too: those
+   * waiting behind the run it aborts have no run yet, and would each start one after it.
+   */
+  private command(cmd: ParsedCommand, scope: CommandScope, upTo: number) {
+    if (cmd.name === "stop") this.stoppedUpTo.set(scope.sessionKey, upTo);
+    return executeCommand(cmd, scope, this.deps);
   }
 
   private commandOf(msg: InboundMessage) {
@@ -386,7 +414,7 @@ export class InboundRouter {
         return this.finish(rec);
       }
       await this.touch(route, msg);
-      const result = await executeCommand(command, { sessionKey: route.sessionKey, agentId: route.agentId, channel: msg.channel }, this.deps);
+      const result = await this.command(command, { sessionKey: route.sessionKey, agentId: route.agentId, channel: msg.channel }, rec.receivedAt);
       await outbox.enqueue({ id: `cmd:${rec.id}`, sessionKey: route.sessionKey, target, text: result.reply, kind: "command", ownerCommandAnswer: true, inChat: true });
       // The command addressed the bot (commands pass mention gating), so its text is answered
       // in a group that requires a mention as a mention would be.
@@ -411,7 +439,8 @@ export class InboundRouter {
     // so that a failed write leaves the message pending, to be resumed.
     const { entry, written: entryWritten } = this.stageTouch(route, msg);
     entryWritten.catch(() => undefined);
-    const ref = { path: sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+    const sessionId = sessionSaidIn(rec, entry);
+    const ref = { path: sessions.transcriptPath({ agentId: entry.agentId, sessionId }), sessionId, key: entry.key };
     const said: TranscriptMessage & { role: "user" } = { role: "user", content: msg.text, timestamp: msg.timestamp || Date.now(), provenance: { kind: "external_user" }, sender: { id: msg.senderId, ...(msg.senderName ? { name: msg.senderName } : {}), channel: msg.channel } };
     // A message resumed after a crash may already be in the transcript, and answered there.
     const prior = this.resumed.has(rec.id) ? await this.priorRun(ref.path, said) : { recorded: false as const };
@@ -419,6 +448,10 @@ export class InboundRouter {
 
     if (this.unmentioned(msg)) {
       log.debug("group message recorded; not mentioned, no run");
+      return this.finish(rec, entryWritten);
+    }
+    if (rec.receivedAt <= (this.stoppedUpTo.get(route.sessionKey) ?? -Infinity)) {
+      log.info("inbound recorded; no run (a /stop came after it)");
       return this.finish(rec, entryWritten);
     }
     const verdict = outbox.evaluate(route.sessionKey, target.channel);
@@ -430,7 +463,7 @@ export class InboundRouter {
     if (!outbox.has(replyId)) {
       // A run that had finished when the process died answers as it did: asking the model again
       // would record a second answer (and could give a different one).
-      const outcome = prior.recorded && prior.reply !== undefined ? ({ status: "ok", reply: prior.reply, usage: { input: 0, output: 0 } } as const) : await this.runWithTyping(route, msg, rec.id, target, entry.sessionId);
+      const outcome = prior.recorded && prior.reply !== undefined ? ({ status: "ok", reply: prior.reply, usage: { input: 0, output: 0 } } as const) : await this.runWithTyping(route, msg, rec.id, target, sessionId);
       // A run cut short by the shutdown did not fail on its own: rather than tell the chat so
       // and drop the question, the message stays pending and is answered after the restart (as
       // the sub-agent registry leaves such a run to the next process).
@@ -569,6 +602,15 @@ export class InboundRouter {
     this.records.delete(rec.id);
     this.doneIds.set(rec.id, true);
   }
+}
+
+/**
+ * The session a message belongs to: the one its chat had when it came. A `/new` (or
+ * sessions.reset) while it waited behind the chat's running turn does not move it into the fresh
+ * session, which starts empty; a session deleted meanwhile is gone, and its chat starts anew.
+ */
+function sessionSaidIn(rec: InboundRecord, entry: SessionEntry): string {
+  return rec.session?.createdAt === entry.createdAt ? rec.session.sessionId : entry.sessionId;
 }
 
 /** A system call's (ENOSPC, EIO…) or SQLite's (SQLITE_FULL, SQLITE_BUSY…) failure: the kind a retry can outlast. */

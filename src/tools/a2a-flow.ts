@@ -29,15 +29,18 @@ export interface A2AFlowInput extends A2AParties {
 
 export type A2AFlowResult =
   | { announce: "delivered-to-outbox"; outboxId: string; turns: number }
-  | { announce: "skipped" | "no-route" | "step-failed"; turns: number };
+  | { announce: "skipped" | "no-route" | "step-failed" | "session-deleted"; turns: number };
 
 export async function runAgentToAgentFlow(app: App, input: A2AFlowInput, log: pino.Logger): Promise<A2AFlowResult> {
   const maxTurns = app.config.session.agentToAgent.maxPingPongTurns;
   // Prompts show keys as callers see them (R6: never "global").
   const shown = { ...input, requesterKey: displayKey(input.requesterKey), targetKey: displayKey(input.targetKey) };
+  // A side deleted (sessions.delete) ends the exchange: a step's run would create its session anew.
+  const deleted = () => !app.sessions.get(input.requesterKey) || !app.sessions.get(input.targetKey);
   let latest = input.roundOneReply;
   let turns = 0;
   for (let turn = 1; turn <= maxTurns; turn++) {
+    if (deleted()) return { announce: "session-deleted", turns };
     const current = turn % 2 === 1 ? "requester" : "target";
     const other = current === "requester" ? "target" : "requester";
     const reply = await step(app, {
@@ -53,6 +56,7 @@ export async function runAgentToAgentFlow(app: App, input: A2AFlowInput, log: pi
     latest = (reply as string).trim();
   }
 
+  if (deleted()) return { announce: "session-deleted", turns };
   const announce = await step(app, {
     sessionKey: input.targetKey,
     agentId: input.targetAgentId,

@@ -10,6 +10,7 @@ import { subagentToolAllowed } from "../agents/subagents/tool-policy.js";
 import { isSubagentKey } from "../sessions/keys.js";
 import { createAgentsListTool } from "./agents-list.js";
 import type { BackgroundTasks } from "./background.js";
+import type { SendWaits } from "./send-waits.js";
 import { createSessionsHistoryTool } from "./sessions-history.js";
 import { createSessionsListTool } from "./sessions-list.js";
 import { createSessionsSendTool } from "./sessions-send.js";
@@ -21,6 +22,7 @@ export interface SessionToolsDeps {
   app: App;
   subagents: SubagentRegistry;
   background: BackgroundTasks;
+  waits: SendWaits;
   log: pino.Logger;
 }
 

@@ -14,6 +14,7 @@ import { deriveRowChannel, displayKey } from "../sessions/keys.js";
 import { runAgentToAgentFlow } from "./a2a-flow.js";
 import { messageContextPrompt } from "./a2a-prompts.js";
 import type { BackgroundTasks } from "./background.js";
+import type { SendWaits } from "./send-waits.js";
 import { defineTool, SessionsSendParams } from "./schemas.js";
 import { resolveTarget } from "./target.js";
 import type { AgentTool, ToolContext } from "./types.js";
@@ -31,6 +32,8 @@ export type SessionsSendResult =
 export interface SendToolDeps {
   app: App;
   background: BackgroundTasks;
+  /** Shared by every session's tool, so that a wait that would close a cycle is seen. */
+  waits: SendWaits;
   log: pino.Logger;
 }
 
@@ -49,6 +52,15 @@ export function createSessionsSendTool(deps: SendToolDeps, view: SessionView): A
       const shownKey = displayKey(target.key);
       if (target.key === ctx.sessionKey) {
         return { runId: randomUUID(), status: "error", error: `sessions_send cannot target the calling session (${shownKey}): its run would wait for itself`, sessionKey: shownKey };
+      }
+      const timeoutSeconds = p.timeoutSeconds ?? SEND_TIMEOUT_DEFAULT_SECONDS;
+      if (timeoutSeconds > 0 && deps.waits.closesCycle(ctx.sessionKey, target.key)) {
+        return {
+          runId: randomUUID(),
+          status: "error",
+          error: `${shownKey} is waiting for this session's reply, so its run cannot answer before yours ends: put the question in your reply, or send it with timeoutSeconds 0`,
+          sessionKey: shownKey,
+        };
       }
 
       const requesterChannel = ctx.origin?.channel ?? channelOf(app, ctx.sessionKey);
@@ -83,13 +95,12 @@ export function createSessionsSendTool(deps: SendToolDeps, view: SessionView): A
           deps.log.debug({ runId, sessionKey: target.key, ...result }, "agent-to-agent flow finished");
         });
 
-      const timeoutSeconds = p.timeoutSeconds ?? SEND_TIMEOUT_DEFAULT_SECONDS;
       if (timeoutSeconds === 0) {
         startFlow(done.then((outcome) => (outcome.status === "ok" ? outcome.reply : undefined)));
         return { runId, status: "accepted", sessionKey: shownKey };
       }
 
-      const waited = await waitUnlessAborted(app.runtime.wait(runId, Math.round(timeoutSeconds * 1000)), ctx);
+      const waited = await deps.waits.during(ctx.sessionKey, target.key, waitUnlessAborted(app.runtime.wait(runId, Math.round(timeoutSeconds * 1000)), ctx));
       // A run that ended cut short (its own time limit, /stop) reports "timeout" too, but it did
       // not continue: R15's "the run continues" is only true when our wait ran out.
       if (waited?.status === "timeout" && waited.endedAt !== undefined) {

@@ -88,7 +88,9 @@ export function createSessionsSpawnTool(app: App, subagents: SubagentRegistry): 
           ...(model ? { model } : {}),
         });
       } catch (err) {
+        // Nothing will run in the child, announce it or archive it (R40): it is not left listed.
         await subagents.discard(runId);
+        await app.sessions.delete(childSessionKey);
         return { status: "error", error: (err as Error).message, childSessionKey };
       }
       return { status: "accepted", runId, childSessionKey, ...(model ? { model } : {}) };

@@ -40,6 +40,22 @@ describe("model context", () => {
     ]);
   });
 
+  it("messages recorded while a run waited on its tools (between a call and its results) come after the results: the provider takes results only right after their call", () => {
+    const out = build([user("q"), call("a", "b"), user("said meanwhile"), result("a"), user("and more"), result("b"), call("c"), user("during c"), result("c"), user("next")]);
+    expect(out.slice(1).map((m) => (m.role === "tool" ? `tool ${m.tool_call_id}` : m.role === "assistant" ? `call ${m.tool_calls?.map((c) => c.id).join(",")}` : m.content))).toEqual([
+      "q",
+      "call a,b",
+      "tool a",
+      "tool b",
+      "said meanwhile",
+      "and more",
+      "call c",
+      "tool c",
+      "during c",
+      "next",
+    ]);
+  });
+
   it("an assistant turn made only of tool calls is sent with content null, not an empty string", () => {
     const callOnly: TranscriptMessage = { role: "assistant", content: [{ type: "toolCall", id: "a", name: "sessions_list", arguments: { limit: 2 } }], timestamp: t };
     expect(build([user("q"), callOnly, result("a")])[2]).toEqual({

@@ -9,6 +9,7 @@ import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { loadConfigFile } from "../../src/config/load.js";
 import { createFullDaemon } from "../../src/full-daemon.js";
+import { GatewayClient } from "../../src/gateway/client.js";
 import { echoLastUser, FakeModelServer } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
@@ -117,6 +118,32 @@ describe("daemon lifecycle", () => {
     await stopping;
     expect(model.requests).toHaveLength(1);
     expect(h.app.sessions.list().filter((e) => e.key.startsWith("hook:"))).toEqual([]);
+  });
+
+  it("a web chat message (chat.send), an agent call or a node's event arriving while the daemon drains is refused at once and stores nothing: no session, no transcript line its retry after the restart would repeat", async () => {
+    const model = new FakeModelServer(async (req, i) => ({ ...(await echoLastUser(req, i)), delayMs: 800 }));
+    cleanups.push(() => model.stop());
+    const h = await startHarness({ model });
+    cleanups.push(() => rmSync(h.stateDir, { recursive: true, force: true }));
+    // Not the harness's client: its stop() closes those before draining.
+    const c = new GatewayClient({ url: h.url, token: h.app.config.gateway.auth.token });
+    await c.connect();
+    const node = new GatewayClient({ url: h.url, token: h.app.config.gateway.auth.token, role: "node", nodeId: "pi" });
+    await node.connect();
+    cleanups.push(() => c.close(), () => node.close());
+    await c.request("agent", { message: "keeps the drain busy", idempotencyKey: "busy" });
+    await vi.waitFor(() => expect(model.requests).toHaveLength(1));
+    const main = h.app.sessions.require("agent:main:main");
+    const stopping = h.stop({ keepState: true });
+    await vi.waitFor(() => expect(h.app.runtime.accepting).toBe(false));
+    await expect(c.request("chat.send", { sessionKey: "main", message: "too late for main", idempotencyKey: "late-1" })).rejects.toThrow(/shutting down/);
+    await expect(c.request("chat.send", { sessionKey: "work", message: "too late for work", idempotencyKey: "late-2" })).rejects.toThrow(/shutting down/);
+    await expect(c.request("agent", { sessionKey: "agent:main:elsewhere", message: "too late", idempotencyKey: "late-3" })).rejects.toThrow(/shutting down/);
+    await expect(node.request("node.event", { message: "too late", idempotencyKey: "late-4" })).rejects.toThrow(/shutting down/);
+    await stopping;
+    expect(h.app.sessions.list().map((e) => e.key)).toEqual(["agent:main:main"]);
+    const said = readFileSync(h.app.sessions.transcriptPath(main), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(said.filter((l) => l.type === "message" && l.message.role === "user").map((l) => l.message.content)).toEqual(["keeps the drain busy"]);
   });
 });
 

@@ -187,7 +187,8 @@ function schemaAt(at: string[]): z.ZodType {
 function asLoaded(value: unknown, at: string[]): unknown {
   if (typeof value === "string") {
     const s = value.replace(/\$\{[A-Z_][A-Z0-9_]*\}/g, "");
-    return s === "" && at.join(".") === "gateway.auth.token" ? undefined : s;
+    // A blank gateway token is no token (config/load.ts): any page could present it.
+    return s.trim() === "" && at.join(".") === "gateway.auth.token" ? undefined : s;
   }
   if (Array.isArray(value)) return value.map((v, i) => asLoaded(v, [...at, String(i)]));
   if (isRecord(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, asLoaded(v, [...at, k])]));

@@ -231,7 +231,7 @@ describe("router.accept under hostile inbound messages", () => {
   it("fuzz: every record written to the inbound space holds the parsed message: strictly the schema's fields (unknown ones dropped), unchanged, under the id the test computes for an accepted message — and every accepted message was written", async () => {
     await h.app.router.idle();
     const StoredRecord = z.union([
-      z.strictObject({ id: z.string(), msg: InboundMessageSchema.strict(), state: z.enum(["pending", "recorded"]), receivedAt: z.number() }),
+      z.strictObject({ id: z.string(), msg: InboundMessageSchema.strict(), state: z.enum(["pending", "recorded"]), receivedAt: z.number(), session: z.strictObject({ sessionId: z.string(), createdAt: z.number() }).optional() }),
       z.strictObject({ id: z.string(), state: z.literal("done"), receivedAt: z.number() }),
     ]);
     const writes = await audit.writes();

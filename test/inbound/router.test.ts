@@ -3,6 +3,7 @@ import path from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { PlatformError, type InboundMessage } from "../../src/channels/types.js";
 import { EDITED_COMMAND_REPLY, GIVEN_UP_NOTICE, MAX_RESUMES } from "../../src/inbound/router.js";
+import type { AgentTool } from "../../src/tools/types.js";
 import { echoLastUser, FakeModelServer } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { stateDirWithPending, withInboundStore, type StoredInbound } from "../helpers/inbound-store.js";
@@ -259,6 +260,32 @@ describe("inbound router", () => {
     expect(await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(fresh))).toEqual([]);
   });
 
+  it("interfaces §5 /new while a message waits behind the session's running turn: that message is recorded and answered in the session it was said in, and the fresh session starts empty", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const { h, telegram } = await boot();
+    h.model.setResponder(async (req, i) => {
+      if (JSON.stringify(req.messages).includes("first question")) await held;
+      return echoLastUser(req, i);
+    });
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "first question" }));
+    await vi.waitFor(() => expect(h.app.runtime.counts().running).toBe(1));
+    // Said before the /new, while the first question still holds the session's turn.
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "second question" }));
+    const before = h.app.sessions.require("agent:main:main");
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "/new" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual([expect.stringMatching(/^⚙️ New session started/)]));
+    release();
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toHaveLength(3));
+    expect(telegram.textsTo("1001").slice(1)).toEqual(["echo: first question", "echo: second question"]);
+    const old = await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(before));
+    expect(old.map((m) => (m.role === "user" ? m.content : m.role))).toEqual(["first question", "assistant", "second question", "assistant"]);
+    const fresh = h.app.sessions.require("agent:main:main");
+    expect(fresh.sessionId).not.toBe(before.sessionId);
+    expect(await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(fresh))).toEqual([]);
+  });
+
   it("/stop aborts the running turn of the session; the chat is told once (the /stop answer), not again by the aborted run", async () => {
     const { h, telegram } = await boot();
     h.model.setResponder(() => ({ content: "slow", delayMs: 5_000 }));
@@ -272,6 +299,105 @@ describe("inbound router", () => {
     await vi.waitFor(() => expect(h.app.outbox.pending).toBe(0));
     expect(telegram.textsTo("1001")).toEqual(["⚙️ Stopped 1 run(s)."]);
     expect(h.app.sessions.get("agent:main:main")?.abortedLastRun).toBe(true);
+  });
+
+  it("a message waiting behind its session's running turn when the session is deleted (sessions.delete) starts the chat's new session", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const { h, telegram } = await boot();
+    h.model.setResponder(async (req, i) => {
+      if (JSON.stringify(req.messages).includes("first question")) await held;
+      return echoLastUser(req, i);
+    });
+    const group = { chatType: "group" as const, peerId: "-100500", to: "-100500", wasMentioned: true };
+    const key = "agent:main:telegram:group:-100500";
+    await h.app.router.accept(inbound({ ...group, text: "first question" }));
+    await vi.waitFor(() => expect(h.app.runtime.counts().running).toBe(1));
+    await h.app.router.accept(inbound({ ...group, text: "second question" }));
+    const admin = await h.client();
+    await admin.request("sessions.delete", { key });
+    release();
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(telegram.textsTo("-100500")).toContain("echo: second question"));
+    const reborn = await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(h.app.sessions.require(key)));
+    expect(reborn.map((m) => (m.role === "user" ? m.content : m.role))).toEqual(["second question", "assistant"]);
+  });
+
+  it("a group message recorded while another run of its session waits on a tool lands between the call and its result in the transcript; later runs still get each call followed by its result (providers refuse anything else)", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let entered!: () => void;
+    const inTool = new Promise<void>((r) => (entered = r));
+    const slowTool: AgentTool = {
+      name: "wait_for_it",
+      description: "Takes a while.",
+      parameters: { type: "object", properties: {} },
+      async execute() {
+        entered();
+        await held;
+        return { found: "it" };
+      },
+    };
+    const telegram = new RecordingAdapter("telegram");
+    h = await startHarness({
+      adapters: [telegram],
+      plugins: [(d) => d.app.addTools([slowTool])],
+      config: { channels: { telegram: { enabled: false, requireMention: true } } },
+      responder: (req, i) => {
+        const last = req.messages.at(-1);
+        if (last?.role === "tool") return { content: "found it" };
+        if (last?.content === "look it up") return { toolCalls: [{ name: "wait_for_it", arguments: {} }] };
+        return echoLastUser(req, i);
+      },
+    });
+    const group = { chatType: "group" as const, peerId: "-100600", to: "-100600" };
+    const key = "agent:main:telegram:group:-100600";
+    await h.app.router.accept(inbound({ ...group, wasMentioned: true, text: "hello" }));
+    await h.app.router.idle();
+    // An operator's run in the group's session (not the chat's own lane) waits on its tool…
+    const admin = await h.client();
+    const operatorRun = admin.request("agent", { sessionKey: key, message: "look it up", idempotencyKey: "op-1" }, { expectFinal: true });
+    await inTool;
+    // …while the group chats on.
+    await h.app.router.accept(inbound({ ...group, wasMentioned: false, text: "chatter meanwhile" }));
+    await h.app.router.idle();
+    release();
+    await operatorRun;
+    await h.app.router.accept(inbound({ ...group, wasMentioned: true, text: "and now?" }));
+    await vi.waitFor(() => expect(telegram.textsTo("-100600")).toContain("echo: and now?"));
+    const asked = h.model.requests.at(-1)!.messages;
+    asked.forEach((m: { role: string; tool_calls?: Array<{ id: string }> }, i: number) => {
+      if (m.role !== "assistant" || !m.tool_calls?.length) return;
+      const next = asked.slice(i + 1, i + 1 + m.tool_calls.length);
+      expect(next.map((n: { role: string; tool_call_id?: string }) => [n.role, n.tool_call_id])).toEqual(m.tool_calls.map((c) => ["tool", c.id]));
+    });
+    expect(asked.map((m: { content: unknown }) => m.content)).toContain("chatter meanwhile");
+    expect(asked.at(-1)).toEqual({ role: "user", content: "and now?" });
+  });
+
+  it("interfaces §5 /stop also stops the messages waiting behind the run it aborts: they stay recorded, none of them is run or answered after the /stop", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const { h, telegram } = await boot();
+    h.model.setResponder(async (req, i) => {
+      if (JSON.stringify(req.messages).includes("first question")) await held;
+      return echoLastUser(req, i);
+    });
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "first question" }));
+    await vi.waitFor(() => expect(h.app.runtime.counts().running).toBe(1));
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "second question" }));
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "/stop" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["⚙️ Stopped 1 run(s)."]));
+    release();
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(h.app.outbox.pending).toBe(0));
+    expect(telegram.textsTo("1001")).toEqual(["⚙️ Stopped 1 run(s)."]);
+    expect(h.model.requests).toHaveLength(1);
+    const said = await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(h.app.sessions.require("agent:main:main")));
+    expect(said.flatMap((m) => (m.role === "user" ? [m.content] : []))).toEqual(["first question", "second question"]);
+    // A message after the /stop is answered as ever.
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "third question" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["⚙️ Stopped 1 run(s).", "echo: third question"]));
   });
 
   it("a duplicate platform message (same id) is processed once", async () => {
@@ -492,6 +618,27 @@ describe("inbound router", () => {
       await expect(h.app.router.accept(msg)).rejects.toThrow(/refused by the test/);
       await h.app.router.idle();
       expect(h.model.requests).toHaveLength(0);
+      await db.exec("DROP TRIGGER test_refuse_inbound");
+    } finally {
+      await db.close();
+    }
+    expect(await h.app.router.accept(msg)).toEqual({ status: "accepted" });
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: deliver me"]));
+    expect(h.model.requests).toHaveLength(1);
+  });
+
+  it("a redelivery racing its first delivery, whose accept write then fails, is not told the message is known: it fails too, and a later redelivery is processed and answered once", async () => {
+    const { h, telegram } = await boot();
+    const db = await openStoreDb(h.stateDir);
+    const msg = inbound({ text: "deliver me" });
+    try {
+      await db.exec("CREATE TRIGGER test_refuse_inbound BEFORE INSERT ON keyv WHEN NEW.key LIKE 'inbound:%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+      const [first, again] = await Promise.allSettled([h.app.router.accept(msg), h.app.router.accept({ ...msg })]);
+      expect(first).toMatchObject({ status: "rejected", reason: expect.objectContaining({ message: expect.stringMatching(/refused by the test/) }) });
+      // Resolving would tell the adapter the message is durably accepted (AdapterContext.onInbound): nothing is.
+      expect(again.status).toBe("rejected");
+      await h.app.router.idle();
       await db.exec("DROP TRIGGER test_refuse_inbound");
     } finally {
       await db.close();

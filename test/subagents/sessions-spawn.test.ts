@@ -229,13 +229,14 @@ describe("sessions_spawn", () => {
     }
   });
 
-  it("a run the runtime refuses (shutting down) is an error result and leaves no sub-agent record behind to announce later", async () => {
+  it("R40 a run the runtime refuses (shutting down) is an error result and leaves no sub-agent record behind to announce later, nor a child session that no archive would ever hide", async () => {
     await boot();
     const spawnTool = h!.app.toolsFor({ sessionKey: REQ, agentId: "main" }).find((t) => t.name === "sessions_spawn")!;
     await h!.app.runtime.drain(0);
     const result = await spawnTool.execute({ task: "late" }, { sessionKey: REQ, agentId: "main", runId: "r", signal: new AbortController().signal });
     expect(result).toEqual({ status: "error", error: "daemon is shutting down; run not accepted", childSessionKey: expect.stringMatching(/^agent:main:subagent:/) });
     expect(features(h!).subagents.spawnedBy(REQ)).toEqual([]);
+    expect(h!.app.sessions.list({ spawnedBy: REQ, includeArchived: true })).toEqual([]);
   });
 });
 

@@ -141,6 +141,38 @@ describe("sessions_send: the primary run", () => {
     expect(countSteps(h!.model.requests, "a2a-message")).toBe(0);
   });
 
+  it("R14 a target that sends back to its requester while the requester waits for it gets an error at once (the requester's run could only answer after its own wait): no deadlock until both time out", async () => {
+    await boot();
+    script = (req, step) => {
+      if (step === "a2a-message" && sessionOf(req) === TGT && req.messages.at(-1)?.role !== "tool") return { toolCalls: [{ name: "sessions_send", arguments: { sessionKey: REQ, message: "which one did you mean?", timeoutSeconds: 600 } }] };
+      return step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined;
+    };
+    const result = await send({ sessionKey: TGT, message: "fix the bug", timeoutSeconds: 600 });
+    expect(result).toMatchObject({ status: "ok", reply: "done", sessionKey: TGT });
+    const back = await lastToolResult(h!.app, TGT);
+    expect(back).toMatchObject({ status: "error", sessionKey: REQ, error: expect.stringContaining("waiting for") });
+    await settle(h!);
+    // The message back was not queued behind the requester's run either.
+    expect(stepRequests("a2a-message").map(sessionOf)).toEqual([TGT]);
+  });
+
+  it("R14 a cycle through a third session (A waits on B, B waits on C, C sends to A) is refused the same way", async () => {
+    await boot();
+    const THIRD = "agent:main:telegram:group:-100third";
+    await h!.app.router.accept(inbound({ chatType: "group", peerId: "-100third", to: "-100third", wasMentioned: true, text: "hi third" }));
+    await h!.app.router.idle();
+    script = (req, step) => {
+      const first = req.messages.at(-1)?.role !== "tool";
+      if (step === "a2a-message" && first && sessionOf(req) === TGT) return { toolCalls: [{ name: "sessions_send", arguments: { sessionKey: THIRD, message: "ask around", timeoutSeconds: 600 } }] };
+      if (step === "a2a-message" && first && sessionOf(req) === THIRD) return { toolCalls: [{ name: "sessions_send", arguments: { sessionKey: REQ, message: "what is this about?", timeoutSeconds: 600 } }] };
+      return step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined;
+    };
+    expect(await send({ sessionKey: TGT, message: "fix the bug", timeoutSeconds: 600 })).toMatchObject({ status: "ok", reply: "done" });
+    expect(await lastToolResult(h!.app, THIRD)).toMatchObject({ status: "error", sessionKey: REQ });
+    expect(await lastToolResult(h!.app, TGT)).toMatchObject({ status: "ok", sessionKey: THIRD, reply: "done" });
+    await settle(h!);
+  });
+
   it("a label two sessions share is ambiguous: an error naming both, and no run starts", async () => {
     await boot();
     // The gateway keeps labels unique; a store written otherwise (older data, a manual edit) may not.
@@ -281,6 +313,21 @@ describe("sessions_send: reply-back loop and announce", () => {
       release();
     }
     await settle(h!);
+  });
+
+  it("R21 R22 a session deleted (sessions.delete) while the ping-pong runs is not brought back by a later step: the loop and the announce stop there", async () => {
+    await boot();
+    const release = holdStep("a2a-reply", "over to you", (step) => (step === "a2a-announce" ? { content: "must not be posted" } : undefined));
+    const result = await send({ sessionKey: TGT, message: "hello target", timeoutSeconds: 5 });
+    await vi.waitFor(() => expect(h!.app.runtime.get(`${result.runId}:reply:1`)?.status).toBe("running"));
+    const admin = await h!.client();
+    await admin.request("sessions.delete", { key: TGT });
+    release();
+    await settle(h!);
+    expect(h!.app.sessions.get(TGT)).toBeUndefined();
+    expect(stepRequests("a2a-reply").map(sessionOf)).toEqual([REQ]);
+    expect(stepRequests("a2a-announce")).toHaveLength(0);
+    expect(telegram.textsTo("-100tgt")).toEqual([]);
   });
 
   it("R20 every reply-back step is persisted as an inter_session message from the other side", async () => {
