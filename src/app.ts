@@ -77,7 +77,7 @@ export class App {
 
   async open(): Promise<void> {
     // Before anything reads or resumes state: a second daemon on it would send every pending reply again.
-    if (this.opts.lockState !== false) this.lock = await lockStateDir(this.stateDir);
+    if (this.opts.lockState !== false) this.lock = await lockStateDir(this.stateDir, { log: this.log.child({ component: "state-lock" }) });
     try {
       await this.openLocked();
     } catch (err) {

@@ -7,6 +7,7 @@ import { createHash } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { AdapterContext, ChannelAdapter, ChannelHealth, InboundMessage, OutboundTarget, RateLimit, SendOptions, SendReceipt } from "../../src/channels/types.js";
 import { PlatformError } from "../../src/channels/types.js";
+import { handOverRetrying } from "../../src/channels/hand-over.js";
 import type { DiscordConfig } from "../../src/config/schema.js";
 import { registerCommands } from "./commands.js";
 import { redact, toPlatformError } from "./errors.js";
@@ -103,10 +104,16 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext,
 
   // Messages of one conversation reach the core in gateway order; different conversations don't wait.
   const lanes = new Map<string, Promise<void>>();
+  /** Aborted once stop() has waited for the lanes: a hand-over still retrying gives up. */
+  let handing = new AbortController();
+  const onRetry = (msg: InboundMessage) => (err: unknown, attempt: number, retryInMs: number) => {
+    health.lastError = `inbound ${msg.messageId} not accepted, retrying: ${clean(err instanceof Error ? err.message : String(err))}`;
+    log.warn({ err: health.lastError, attempt, retryInMs }, "discord: the core could not store an inbound message; retrying (Discord will not deliver it again)");
+  };
   const deliver = (msg: InboundMessage) => {
     const prev = lanes.get(msg.peerId) ?? Promise.resolve();
     const next = prev
-      .then(() => ctx.onInbound(msg))
+      .then(() => handOverRetrying(() => ctx.onInbound(msg), { signal: handing.signal, onRetry: onRetry(msg) }))
       .catch((err: unknown) => noteError(err, `inbound ${msg.messageId} not accepted`))
       .finally(() => {
         if (lanes.get(msg.peerId) === next) lanes.delete(msg.peerId);
@@ -249,6 +256,7 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext,
     textChunkLimit: config.textChunkLimit,
 
     start() {
+      if (handing.signal.aborted) handing = new AbortController();
       if (client && !starting) return Promise.resolve();
       // Concurrent callers share one login; a failed start leaves nothing behind and can be retried.
       if (!starting) {
@@ -275,6 +283,7 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext,
       // A start in progress cleans up its own client once its login settles (see connect()).
       if (c && !loggingIn.has(c)) await within(c.destroy().catch(() => undefined), STOP_GRACE_MS);
       await drainLanes();
+      handing.abort();
     },
 
     // Discord dedupes message creation by nonce for a few minutes when enforce_nonce is set.

@@ -18,6 +18,7 @@ import {
 import type { WhatsAppConfig } from "../../src/config/schema.js";
 import { resetKvAuthState } from "./auth-state.js";
 import { createBaileysSocketFactory, type BaileysSocketFactoryOptions } from "./baileys-socket.js";
+import { handOverRetrying } from "../../src/channels/hand-over.js";
 import { BoundedMap } from "../../src/util/bounded-map.js";
 import { within } from "../../src/util/within.js";
 import { toPlatformError } from "./errors.js";
@@ -95,6 +96,8 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
   let inbound: Promise<void> = Promise.resolve();
   /** Messages in `inbound` not yet handed to the core. */
   let queued = 0;
+  /** Aborted once stop() has waited for the queue: a hand-over still retrying gives up. */
+  let handing = new AbortController();
 
   function pause(ms: number): Promise<void> {
     return new Promise((resolve) => {
@@ -245,7 +248,13 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
     lastInboundAt = now();
     recentInbound.set(mapped.messageId, msg);
     if (mapped.chatType === "group") refreshGroupName(s, mapped.peerId);
-    await ctx.onInbound(mapped);
+    await handOverRetrying(() => ctx.onInbound(mapped), {
+      signal: handing.signal,
+      onRetry(err, attempt, retryInMs) {
+        lastError = `inbound message not accepted, retrying: ${err instanceof Error ? err.message : String(err)}`;
+        log.warn({ err, messageId: mapped.messageId, attempt, retryInMs }, "whatsapp: the core could not store an inbound message; retrying (WhatsApp will not deliver it again)");
+      },
+    });
   }
 
   function learnLidMapping(key: WAMessageKey | undefined): void {
@@ -299,6 +308,7 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
       if (running && !halted) return;
       running = true;
       runId += 1;
+      if (handing.signal.aborted) handing = new AbortController();
       halted = undefined;
       attempt = 0;
       immediateRestarts = 0;
@@ -321,6 +331,7 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
       openedAt = undefined;
       if (s) await endQuietly(s);
       await drainInbound();
+      handing.abort();
     },
 
     async send(target: OutboundTarget, text: string): Promise<SendReceipt> {

@@ -107,7 +107,13 @@ interface ActiveRun {
 export class AgentRuntime {
   readonly events = new EventEmitter();
   private readonly runs = new Map<string, ActiveRun>();
-  private readonly completed: BoundedMap<string, RunInfo>;
+  /**
+   * Finished runs, oldest first, each with when it ended on the monotonic clock: its TTL is a
+   * duration. Counted on the wall clock, a clock set forward by hours (an NTP correction) dropped
+   * runs that had just ended, and a client repeating an `agent` or `chat.send` whose answer it
+   * lost ran it a second time.
+   */
+  private readonly completed: BoundedMap<string, { info: RunInfo; endedMs: number }>;
   private readonly sessionLanes = new Map<string, Promise<unknown>>();
   private readonly pools: Record<Lane, PQueue>;
   private readonly sweeper: NodeJS.Timeout;
@@ -153,7 +159,7 @@ export class AgentRuntime {
   }
 
   get(runId: string): RunInfo | undefined {
-    return this.runs.get(runId)?.info ?? this.completed.get(runId);
+    return this.runs.get(runId)?.info ?? this.completed.get(runId)?.info;
   }
 
   /**
@@ -371,14 +377,14 @@ export class AgentRuntime {
     if (outcome.status === "ok") info.reply = outcome.reply;
     else info.error = outcome.error;
     this.runs.delete(info.runId);
-    this.completed.set(info.runId, info);
+    this.completed.set(info.runId, { info, endedMs: performance.now() });
     this.emit({ phase: "end", runId: info.runId, sessionKey: info.sessionKey, outcome });
   }
 
   private sweep(): void {
-    const cutoff = Date.now() - (this.deps.completionTtlMs ?? 15 * 60_000);
-    for (const [id, info] of this.completed) {
-      if ((info.endedAt ?? 0) >= cutoff) break;
+    const cutoff = performance.now() - (this.deps.completionTtlMs ?? 15 * 60_000);
+    for (const [id, { endedMs }] of this.completed) {
+      if (endedMs >= cutoff) break;
       this.completed.delete(id);
     }
   }

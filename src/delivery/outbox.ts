@@ -25,6 +25,7 @@ import { chunkText } from "./chunk.js";
 import { RateLimiter, type RateTicket } from "./rate-limiter.js";
 import { conservativeJournal, type SendJournal } from "./send-journal.js";
 import { BoundedMap } from "../util/bounded-map.js";
+import { isIoError } from "../util/io-error.js";
 
 export type OutboundKind = "reply" | "announce" | "send" | "command";
 
@@ -140,6 +141,9 @@ export const MAX_INTERRUPTED_STARTS = 10;
  */
 export const IDEMPOTENCY_WINDOW_MS = 2 * 60_000;
 
+/** Waits between writes tried again while the store cannot write start at 1 s and double up to this. */
+const STORE_RETRY_MAX_MS = 30_000;
+
 /**
  * Finished messages kept whole in memory (`get`). Older ones are remembered by outcome only: a
  * daemon that kept every record it ever sent grew by ~700 bytes a message, and the collector's
@@ -178,7 +182,9 @@ export class Outbox {
     this.now = deps.now ?? Date.now;
     this.sleep = deps.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
     this.journal = deps.journal ?? conservativeJournal;
-    this.limiter = new RateLimiter(this.now, this.sleep);
+    // Windows and retry-afters are durations: on the wall clock, one set back by hours (an NTP
+    // correction, a VM resumed) held every chat that had just sent for those hours.
+    this.limiter = new RateLimiter(deps.now ?? (() => performance.now()), this.sleep);
   }
 
   /**
@@ -416,7 +422,7 @@ export class Outbox {
       if (verdict.decision === "deny" && !record.ownerCommandAnswer) {
         if (!(await this.accepted(record))) return;
         log.info({ kind: record.kind, reason: verdict.reason }, "delivery suppressed by send policy");
-        await this.finish(record, "suppressed");
+        await this.finish(record, "suppressed", log);
         await this.recordDelivery(record, "suppressed", `send policy deny (${verdict.reason})`);
         return;
       }
@@ -425,7 +431,7 @@ export class Outbox {
         if (!(await this.accepted(record))) return;
         record.error = `channel not connected: ${record.target.channel} (account ${record.target.accountId})`;
         log.warn(record.error);
-        await this.finish(record, "failed");
+        await this.finish(record, "failed", log);
         await this.recordDelivery(record, "failed", record.error);
         return;
       }
@@ -445,7 +451,7 @@ export class Outbox {
       const adapter = this.deps.adapter(record.target.channel, record.target.accountId);
       if (!adapter) {
         record.error = `channel not connected: ${record.target.channel}`;
-        await this.finish(record, "failed");
+        await this.finish(record, "failed", log);
         await this.recordDelivery(record, "failed", record.error);
         return;
       }
@@ -469,7 +475,7 @@ export class Outbox {
     }
     const inDoubt = !!record.unknownChunks?.length;
     if (inDoubt) this.unknownHere++;
-    await this.finish(record, "sent");
+    await this.finish(record, "sent", log);
     await this.recordDelivery(record, inDoubt ? "unknown_after_send" : "sent");
   }
 
@@ -478,7 +484,7 @@ export class Outbox {
     if (!(await this.accepted(record))) return;
     record.policy = verdict.reason;
     log.info({ kind: record.kind, reason: verdict.reason, chunksSent: record.next, chunks: chunkCount }, "rest of the delivery suppressed by send policy");
-    await this.finish(record, "suppressed");
+    await this.finish(record, "suppressed", log);
     await this.recordDelivery(record, "suppressed", `send policy deny (${verdict.reason}) after ${record.next} of ${chunkCount} chunks`);
   }
 
@@ -491,7 +497,7 @@ export class Outbox {
     if (this.records.get(record.id) !== record) return "stop";
     if (adapter.idempotentSends && record.reachedAt !== undefined && this.now() - record.reachedAt > IDEMPOTENCY_WINDOW_MS) {
       log.warn({ chunk: record.next, sinceMs: this.now() - record.reachedAt }, "send may have reached the platform longer ago than it dedupes repeats; chunk not re-sent (unknown_after_send)");
-      return this.inDoubt(record, chunks.length);
+      return this.inDoubt(record, chunks.length, log);
     }
     record.attempted = record.next;
     record.lastAttemptAt = this.now();
@@ -499,11 +505,10 @@ export class Outbox {
     const marked = this.persist(record);
     // Observed at once (it is awaited only once acceptance is known): not an unhandled rejection.
     marked.catch(() => undefined);
-    if (!(await this.accepted(record))) {
+    if (!(await this.accepted(record)) || !(await this.persistRetrying(record, log, marked))) {
       record.attempted = undefined;
       return "stop";
     }
-    await marked;
     this.inflight++;
     try {
       await adapter.prepareSend?.(record.target);
@@ -525,7 +530,7 @@ export class Outbox {
       record.error = undefined;
       toNextChunk(record);
       // The last chunk's acknowledgement is persisted by finish() (one write, not two).
-      if (record.next < chunks.length) await this.persist(record);
+      if (record.next < chunks.length && !(await this.persistRetrying(record, log))) return "stop";
       return "next";
     } catch (err) {
       this.limiter.settle(ticket);
@@ -536,7 +541,7 @@ export class Outbox {
       // where the platform would not dedupe it — a duplicate is worse than a reply marked unknown.
       if (perr.outcomeUnknown && !adapter.idempotentSends) {
         log.warn({ err: perr.message, chunk: record.next }, "send failed after it reached the platform; chunk not re-sent (unknown_after_send)");
-        return this.inDoubt(record, chunks.length);
+        return this.inDoubt(record, chunks.length, log);
       }
       // Repeated under the same key, but only while the platform still dedupes it (see above).
       if (perr.outcomeUnknown) record.reachedAt ??= record.lastAttemptAt;
@@ -548,14 +553,14 @@ export class Outbox {
       const platformUp = (this.deliveredAt.get(accountOf(record)) ?? -Infinity) >= record.failingSince;
       if (!perr.retryable || (record.attempts >= (this.deps.maxAttempts ?? 50) && platformUp) || this.now() - record.createdAt > (this.deps.maxAgeMs ?? 6 * 3600_000)) {
         log.error({ err: perr.message, code: perr.code, attempts: record.attempts }, "delivery failed");
-        await this.finish(record, "failed");
+        await this.finish(record, "failed", log);
         await this.recordDelivery(record, "failed", perr.message);
         return "stop";
       }
       const backoff = perr.retryAfterMs ?? Math.min(30_000, 500 * 2 ** (record.attempts - 1));
       if (perr.code === "rate_limited") this.limiter.penalize(limits, backoff);
       log.warn({ err: perr.message, code: perr.code, retryInMs: backoff }, "delivery retry scheduled");
-      await this.persist(record);
+      if (!(await this.persistRetrying(record, log))) return "stop";
       await this.sleep(backoff);
       return "next";
     } finally {
@@ -564,9 +569,9 @@ export class Outbox {
   }
 
   /** The record's next chunk may have arrived and is not sent again: `unknown_after_send`, and on to the rest. */
-  private async inDoubt(record: OutboxRecord, chunkCount: number): Promise<"next"> {
+  private async inDoubt(record: OutboxRecord, chunkCount: number, log: pino.Logger): Promise<"next" | "stop"> {
     skipInDoubt(record);
-    if (record.next < chunkCount) await this.persist(record);
+    if (record.next < chunkCount && !(await this.persistRetrying(record, log))) return "stop";
     return "next";
   }
 
@@ -599,7 +604,7 @@ export class Outbox {
       if (interruptions >= MAX_INTERRUPTED_STARTS) {
         record.error = `send of chunk ${index} interrupted by a restart at ${interruptions} starts in a row: given up (a send that kills the process would crash the daemon at every start)`;
         log.error({ chunk: index, interruptions }, record.error);
-        await this.finish(record, "failed");
+        await this.finish(record, "failed", log);
         await this.recordDelivery(record, "failed", record.error);
         return false;
       }
@@ -611,8 +616,7 @@ export class Outbox {
       skipInDoubt(record);
       log.warn({ chunk: index }, idempotent ? "send interrupted by a restart longer ago than the platform dedupes repeats; chunk not re-sent (unknown_after_send)" : "send interrupted by a restart; chunk not re-sent (unknown_after_send)");
     }
-    await this.persist(record);
-    return true;
+    return this.persistRetrying(record, log);
   }
 
   /**
@@ -624,10 +628,10 @@ export class Outbox {
     return this.records.get(record.id) === record;
   }
 
-  private async finish(record: OutboxRecord, state: OutboxState): Promise<void> {
+  private async finish(record: OutboxRecord, state: OutboxState, log: pino.Logger): Promise<void> {
     record.state = state;
     if (state === "failed") this.failedHere++;
-    await this.persist(record);
+    if (!(await this.persistRetrying(record, log))) return;
     const result = this.retire(record);
     for (const resolve of this.waiters.get(record.id) ?? []) resolve(result);
     this.waiters.delete(record.id);
@@ -655,6 +659,32 @@ export class Outbox {
     await this.deps.transcripts
       .appendDelivery(ref, { status, outboxId: record.id, channel: record.target.channel, to: record.target.to, ...(reason ? { reason } : {}), ...(status === "suppressed" ? { text: record.text } : {}) })
       .catch((err: unknown) => this.deps.log.error({ err, outboxId: record.id }, "could not record delivery in transcript"));
+  }
+
+  /**
+   * A write of an accepted message's progress (`first`: one already issued), tried again while
+   * the store cannot write (a full disk, a read-only state directory): nothing of the message is
+   * sent meanwhile, and its chat's later messages wait behind it. A failed write used to end the
+   * message's processing, which left it unsent until a restart, overtaken by the chat's next
+   * reply. False once the outbox stops first: the store holds the last state written, which
+   * the next start resumes.
+   */
+  private async persistRetrying(record: OutboxRecord, log: pino.Logger, first?: Promise<void>): Promise<boolean> {
+    for (let failures = 0; ; failures++) {
+      try {
+        await (failures === 0 && first ? first : this.persist(record));
+        if (failures > 0) log.info({ failures }, "outbox: the store writes again; delivery resumes");
+        return true;
+      } catch (err) {
+        if (!isIoError(err)) throw err;
+        if (this.stopped) return false;
+        const retryInMs = Math.min(STORE_RETRY_MAX_MS, 1000 * 2 ** failures);
+        // One line per outage of the store, not one per try.
+        if (failures === 0) log.warn({ err, retryInMs }, "outbox: the store cannot write; this delivery waits for it (nothing is sent meanwhile)");
+        await this.sleep(retryInMs);
+        if (this.stopped) return false;
+      }
+    }
   }
 
   private async persist(record: OutboxRecord): Promise<void> {

@@ -89,7 +89,8 @@ export class RateLimiter {
   private sweptAt = -Infinity;
 
   constructor(
-    private readonly now: () => number = Date.now,
+    /** Monotonic by default: every time here is a duration's end (see Outbox). */
+    private readonly now: () => number = () => performance.now(),
     private readonly sleep: (ms: number) => Promise<void> = (ms) => new Promise((r) => setTimeout(r, ms)),
   ) {}
 
@@ -101,7 +102,7 @@ export class RateLimiter {
     if (this.closed) return Promise.resolve(undefined);
     const t = this.now();
     // Before this send's buckets are looked up, not after: one idle until now would be dropped
-    // from under it. Both ways: Date.now can step back.
+    // from under it. Both ways: an injected clock may step back.
     if (Math.abs(t - this.sweptAt) >= SWEEP_MS) this.sweep(t);
     const send = new Send(limits.map((l) => this.bucket(l)).sort(slowestFirst), this.asked++);
     for (const b of send.buckets) b.users++;
@@ -128,7 +129,7 @@ export class RateLimiter {
     for (const b of ticket.buckets) {
       b.inflight--;
       b.users--;
-      // Date.now can step back (a clock adjusted): the window stays in order.
+      // An injected clock may step back: the window stays in order.
       let at = b.stamps.length;
       while (at > b.first && b.stamps[at - 1] > t) at--;
       if (at === b.stamps.length) b.stamps.push(t);

@@ -29,6 +29,7 @@ import { resolveRoute, type Route } from "./route.js";
 import { BoundedMap } from "../util/bounded-map.js";
 import { safeParse } from "../util/safe-parse.js";
 import { isSkipToken } from "../util/skip-token.js";
+import { isIoError } from "../util/io-error.js";
 
 interface InboundRecord {
   id: string;
@@ -143,7 +144,7 @@ export class InboundRouter {
   private readonly failed = new Set<string>();
   /** Messages given up in this process (MAX_RESUMES; `health`). */
   private givenUp = 0;
-  /** When each chat last got a typing indicator (bounded). */
+  /** When each chat last got a typing indicator, on the monotonic clock (bounded). */
   private readonly lastTyping = new BoundedMap<string, number>(10_000);
   /** Per session, the receivedAt up to which its messages were stopped by a `/stop` (bounded). */
   private readonly stoppedUpTo = new BoundedMap<string, number>(10_000);
@@ -507,8 +508,9 @@ export class InboundRouter {
       // The indicator is output the chat sees: once the owner silences the chat mid-run
       // (`/send off`, which does not wait behind the run), it stops with everything else (D2).
       if (this.deps.outbox.evaluate(route.sessionKey, target.channel).decision === "deny") return;
-      const now = Date.now();
-      if (now - (this.lastTyping.get(chat) ?? 0) < TYPING_MIN_GAP_MS) return;
+      // A gap is a duration: on the wall clock, one set back by hours hid the indicator for those hours.
+      const now = performance.now();
+      if (now - (this.lastTyping.get(chat) ?? -Infinity) < TYPING_MIN_GAP_MS) return;
       this.lastTyping.set(chat, now);
       void adapter?.typing?.(target).catch(() => undefined);
     };
@@ -611,12 +613,6 @@ export class InboundRouter {
  */
 function sessionSaidIn(rec: InboundRecord, entry: SessionEntry): string {
   return rec.session?.createdAt === entry.createdAt ? rec.session.sessionId : entry.sessionId;
-}
-
-/** A system call's (ENOSPC, EIO…) or SQLite's (SQLITE_FULL, SQLITE_BUSY…) failure: the kind a retry can outlast. */
-function isIoError(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === "string" && (/^E[A-Z0-9]+$/.test(code) || code.startsWith("SQLITE_"));
 }
 
 /** An error's message, bounded (it is stored with the record). */

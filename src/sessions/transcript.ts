@@ -248,7 +248,12 @@ export class TranscriptStore {
       this.append(ref.path, state, handle, line, prefix);
     } else {
       const { json, bytes } = encode(line, prefix, state);
-      for (let off = 0; off < bytes.length; ) off += (await handle.write(bytes, off, bytes.length - off, null)).bytesWritten;
+      try {
+        for (let off = 0; off < bytes.length; ) off += (await handle.write(bytes, off, bytes.length - off, null)).bytesWritten;
+      } catch (err) {
+        this.forgetAfterFailedWrite(ref.path);
+        throw err;
+      }
       this.afterAppend(ref.path, state, line, json);
     }
   }
@@ -261,9 +266,24 @@ export class TranscriptStore {
   private append(file: string, state: FileState, handle: fs.FileHandle, line: TranscriptLine, prefix: string): void {
     const { json, bytes } = encode(line, prefix, state);
     const started = this.now();
-    for (let off = 0; off < bytes.length; ) off += writeSync(handle.fd, bytes, off, bytes.length - off, null);
+    try {
+      for (let off = 0; off < bytes.length; ) off += writeSync(handle.fd, bytes, off, bytes.length - off, null);
+    } catch (err) {
+      this.forgetAfterFailedWrite(file);
+      throw err;
+    }
     this.noteWriteTime(this.now() - started);
     this.afterAppend(file, state, line, json);
+  }
+
+  /**
+   * A write that failed may have put part of its line in the file (a disk that fills up mid-write
+   * takes what fits, then refuses the rest). Appended straight after it, the next line was glued to
+   * that fragment and lost with it; forgotten, the file is prepared again at its next append, which
+   * fences the fragment off and finds the last whole message line, the next one's parent.
+   */
+  private forgetAfterFailedWrite(file: string): void {
+    this.files.delete(file);
   }
 
   private noteWriteTime(ms: number): void {

@@ -49,9 +49,20 @@ export class CronScheduler {
         log.warn({ agentId, sessionAgent }, `cron job runs under its session's agent "${sessionAgent}", not "${agentId}": sessions.delete ${cronSessionKey(job.id)} to move it`);
       }
       const skipped = () => log.warn("cron job tick skipped: the previous run is still going");
+      /** The latest tick started in this process. */
+      let lastTick: string | undefined;
       const timer: Cron = new Cron(job.schedule, { timezone: job.timezone, protect: skipped, unref: true }, async () => {
-        // The scheduled time, also when a missed tick is run late by trigger().
-        const tick = (timer.previousRuns(1, new Date())[0] ?? new Date()).toISOString();
+        // The scheduled time, also when a missed tick is run late by trigger(): the latest not
+        // after now (previousRuns excludes its reference, and croner may fire in the tick's own ms).
+        const now = new Date();
+        const tick = (timer.previousRuns(1, new Date(now.getTime() + 1))[0] ?? now).toISOString();
+        // croner schedules from the wall clock: set back (an NTP correction), it comes round to
+        // ticks that already ran, and every report due in the hours repeated went out twice.
+        if (lastTick !== undefined && tick <= lastTick) {
+          log.warn({ tick, lastTick }, "cron job tick skipped: the clock was set back, and this tick already ran");
+          return;
+        }
+        lastTick = tick;
         await this.record(job, { tick, done: false }, log);
         const run = await this.fire(job).catch((err: unknown) => void log.error({ err: (err as Error).message }, "cron job run failed to start"));
         if (!run) return;

@@ -438,6 +438,28 @@ describe("agent runtime limits", () => {
     }
   });
 
+  it("R18 a run that just ended stays known after the wall clock jumps forward by hours: agent.wait answers, and a repeated agent call with its idempotencyKey does not run it again", async () => {
+    // Only setInterval is faked (the sweep's clock); the wall clock is moved by hand.
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] });
+    const realNow = Date.now.bind(Date);
+    const jumped = vi.spyOn(Date, "now");
+    try {
+      h = await startHarness();
+      const c = await h.client();
+      const first = await c.request("agent", { message: "once", idempotencyKey: "before-the-jump" }, { expectFinal: true });
+      expect(first).toMatchObject({ status: "ok", result: { reply: "echo: once" } });
+      jumped.mockImplementation(() => realNow() + 3 * 3600_000);
+      vi.advanceTimersByTime(60_000);
+      expect(await h.app.runtime.wait("before-the-jump", 0)).toMatchObject({ runId: "before-the-jump", status: "ok" });
+      const repeat = await c.request("agent", { message: "once", idempotencyKey: "before-the-jump" }, { expectFinal: true });
+      expect(repeat).toMatchObject({ status: "ok", result: { reply: "echo: once" } });
+      expect(h.model.requests).toHaveLength(1);
+    } finally {
+      jumped.mockRestore();
+      vi.useRealTimers();
+    }
+  });
+
   it("the model is offered the tools, and its next call sees its tool calls followed by their results", async () => {
     h = await startHarness({
       responder: (req) => (req.messages.at(-1)?.role === "user" ? { toolCalls: [{ name: "count", arguments: { n: 1 } }] } : { content: "counted" }),

@@ -2,6 +2,7 @@ import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { FakeDiscord } from "../fakes/discord-api.js";
 import { startHarness } from "../helpers/harness.js";
+import { openStoreDb } from "../helpers/store-db.js";
 import { runChannelContract, type ContractContext, type Who } from "./channel-contract.js";
 
 runChannelContract({
@@ -127,5 +128,35 @@ describe("Discord guild channels and the send policy", () => {
 
     fake.injectDM({ author: fake.ids.bob, content: "and here?" });
     await vi.waitFor(() => expect(fake!.sent(fake!.dmChannelId(fake!.ids.bob)).map((m) => m.content)).toEqual(["echo: and here?"]), { timeout: 5000 });
+  });
+});
+
+describe("Discord and a store that cannot write", () => {
+  let fake: FakeDiscord | undefined;
+  let harness: Awaited<ReturnType<typeof startHarness>> | undefined;
+  afterEach(async () => {
+    await harness?.stop();
+    await fake?.stop();
+  });
+
+  it("a message arriving while the store refuses writes (a full disk) is answered once the store writes again: Discord does not deliver it twice", async () => {
+    fake = await new FakeDiscord().start();
+    harness = await startHarness({ config: { channels: { discord: { enabled: true, token: fake.token, apiBase: fake.apiBase } } } });
+    const db = await openStoreDb(harness.stateDir);
+    try {
+      await db.exec("CREATE TRIGGER test_disk_full BEFORE INSERT ON keyv WHEN NEW.key LIKE 'inbound:%' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END");
+      fake.injectDM({ author: fake.ids.bob, content: "while the disk is full" });
+      fake.injectDM({ author: fake.ids.bob, content: "and another" });
+      const discord = () => [...harness!.app.adapters.values()].find((a) => a.channel === "discord")!;
+      // The operator sees why in `status`.
+      await vi.waitFor(() => expect(discord().health().lastError).toMatch(/database or disk is full/), { timeout: 5000 });
+      expect(harness.model.requests).toHaveLength(0);
+      await db.exec("DROP TRIGGER test_disk_full");
+    } finally {
+      await db.close();
+    }
+    const dm = fake.dmChannelId(fake.ids.bob);
+    await vi.waitFor(() => expect(fake!.sent(dm).map((m) => m.content)).toEqual(["echo: while the disk is full", "echo: and another"]), { timeout: 10_000, interval: 20 });
+    expect(harness.model.requests).toHaveLength(2);
   });
 });

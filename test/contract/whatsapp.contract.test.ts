@@ -6,6 +6,7 @@ import { createWhatsAppAdapter } from "../../adapters/whatsapp/index.js";
 import type { SocketFactory } from "../../adapters/whatsapp/types.js";
 import { FakeWhatsApp, boomError } from "../fakes/whatsapp-socket.js";
 import { startHarness } from "../helpers/harness.js";
+import { openStoreDb } from "../helpers/store-db.js";
 import { runChannelContract, type ContractContext, type Who } from "./channel-contract.js";
 
 const phones: Record<Who, string> = { owner: "15551230001", stranger: "15551230002" };
@@ -138,6 +139,36 @@ describe("whatsapp end to end: a group the bot was removed from", () => {
       expect(groupSends).toBe(1);
       expect(wa.sent).toHaveLength(0);
     } finally {
+      await harness.stop();
+    }
+  });
+});
+
+describe("whatsapp end to end: a store that cannot write", () => {
+  it("a message arriving while the store refuses writes (a full disk) is answered once the store writes again: WhatsApp does not deliver it twice", async () => {
+    // Baileys acknowledges a message as it arrives, so the adapter is the last holder of it.
+    const wa = new FakeWhatsApp({ self: SELF });
+    const harness = await startHarness({
+      config: { channels: { whatsapp: { enabled: true } } },
+      adapterFactories: { whatsapp: async (ctx, config) => createWhatsAppAdapter(config.channels.whatsapp!, ctx, { socketFactory: wa.factory, sleep: async () => {} }) },
+    });
+    const alice = `${phones.stranger}@s.whatsapp.net`;
+    const replies = () => wa.sent.filter((m) => m.jid === alice).map((m) => m.text);
+    const db = await openStoreDb(harness.stateDir);
+    try {
+      await waitOpen(harness);
+      await db.exec("CREATE TRIGGER test_disk_full BEFORE INSERT ON keyv WHEN NEW.key LIKE 'inbound:%' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END");
+      wa.injectText({ chatJid: alice, text: "while the disk is full" });
+      wa.injectText({ chatJid: alice, text: "and another" });
+      const whatsapp = () => [...harness.app.adapters.values()].find((a) => a.channel === "whatsapp")!;
+      // The operator sees why in `status`.
+      await vi.waitFor(() => expect(whatsapp().health().lastError).toMatch(/database or disk is full/), { timeout: 5000 });
+      expect(harness.model.requests).toHaveLength(0);
+      await db.exec("DROP TRIGGER test_disk_full");
+      await vi.waitFor(() => expect(replies()).toEqual(["echo: while the disk is full", "echo: and another"]), { timeout: 10_000, interval: 20 });
+      expect(harness.model.requests).toHaveLength(2);
+    } finally {
+      await db.close();
       await harness.stop();
     }
   });

@@ -12,6 +12,7 @@ import { SessionStore } from "../../src/sessions/session-store.js";
 import { TranscriptStore } from "../../src/sessions/transcript.js";
 import { openKvStore, type KvSpace, type KvStore } from "../../src/store/kv.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
+import { openStoreDb } from "../helpers/store-db.js";
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -28,7 +29,7 @@ function freshStateDir(): string {
   return stateDir;
 }
 
-async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapter?: RecordingAdapter; watchJournal?: (j: SendJournal) => SendJournal; clock?: { now(): number; sleep(ms: number): Promise<void> }; watchSpace?: (s: KvSpace<OutboxRecord>) => KvSpace<OutboxRecord>; maxAttempts?: number } = {}) {
+async function setup(opts: { policy?: SendPolicyConfig; stateDir?: string; adapter?: RecordingAdapter; watchJournal?: (j: SendJournal) => SendJournal; clock?: { now?(): number; sleep(ms: number): Promise<void> }; watchSpace?: (s: KvSpace<OutboxRecord>) => KvSpace<OutboxRecord>; maxAttempts?: number } = {}) {
   const stateDir = opts.stateDir ?? freshStateDir();
   const kv: KvStore = await openKvStore(`sqlite://${path.join(stateDir, "s.sqlite")}`, stateDir);
   cleanups.push(() => kv.close());
@@ -295,6 +296,38 @@ describe("outbox — the one outbound gate", () => {
     expect(adapter.sent.map((m) => m.text)).toEqual(["two"]);
   });
 
+  it("a reply whose attempted mark the store refuses (the disk filled while it waited for its turn) is sent once the store writes again — not left until a restart, nor overtaken by the chat's next reply", async () => {
+    let now = Date.now();
+    const timers: Array<() => void> = [];
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    adapter.limits = [{ key: "chat:-100", count: 1, intervalMs: 1000 }];
+    const { outbox, stateDir } = await setup({ adapter, clock: { now: () => now, sleep: () => new Promise<void>((wake) => timers.push(wake)) } });
+    const wakeAll = () => {
+      for (const wake of timers.splice(0)) wake();
+    };
+    const db = await openStoreDb(path.join(stateDir, "s.sqlite"));
+    cleanups.push(() => db.close());
+    expect((await (await outbox.enqueue({ id: "one", target, text: "one", kind: "reply" })).done).status).toBe("sent");
+    const two = await outbox.enqueue({ id: "two", target, text: "two", kind: "reply" });
+    const three = await outbox.enqueue({ id: "three", target, text: "three", kind: "reply" });
+    await vi.waitFor(() => expect(timers.length).toBeGreaterThan(0));
+    await db.exec("CREATE TRIGGER test_disk_full BEFORE UPDATE ON keyv WHEN NEW.key LIKE 'outbox:%' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END");
+    // Its turn comes, and its mark is refused: nothing goes out, and the chat's next reply waits behind it.
+    now += 1000;
+    wakeAll();
+    await vi.waitFor(() => expect(timers.length).toBeGreaterThan(0));
+    expect(adapter.sent.map((m) => m.text)).toEqual(["one"]);
+    await db.exec("DROP TRIGGER test_disk_full");
+    for (let i = 0; i < 10 && adapter.sent.length < 3; i++) {
+      now += 1000;
+      wakeAll();
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(adapter.sent.map((m) => m.text)).toEqual(["one", "two", "three"]);
+    expect((await two.done).status).toBe("sent");
+    expect((await three.done).status).toBe("sent");
+  });
+
   it("an enqueue whose write failed is not accepted — nor is a second enqueue of its id meanwhile — and is forgotten: the caller's retry of the id is sent, once", async () => {
     let full = true;
     const { outbox, adapter } = await setup({
@@ -447,6 +480,24 @@ describe("outbox — the one outbound gate", () => {
     await outbox.enqueue({ id: "a2", target, text: "a2", kind: "reply" });
     await outbox.enqueue({ id: "b1", target: { ...target, to: "-200" }, text: "b1", kind: "reply" });
     await vi.waitFor(() => expect(adapter.sent.map((m) => m.text)).toEqual(["a1", "b1"]));
+  });
+
+  it("a wall clock set back by hours (an NTP correction, a VM resumed) does not hold a chat's next message for those hours: its rate limit counts elapsed time", async () => {
+    // The daemon's own clock (none injected) and timers, faked: setSystemTime moves the wall clock alone.
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date", "performance"] });
+    try {
+      const adapter = new RecordingAdapter("telegram", "default", 50);
+      adapter.limits = [{ key: "chat:-100", count: 1, intervalMs: 1000 }];
+      const { outbox } = await setup({ adapter, clock: { sleep: (ms) => new Promise<void>((wake) => setTimeout(wake, ms)) } });
+      expect((await (await outbox.enqueue({ id: "one", target, text: "one", kind: "reply" })).done).status).toBe("sent");
+      const second = await outbox.enqueue({ id: "two", target, text: "two", kind: "reply" });
+      vi.setSystemTime(Date.now() - 3 * 3600_000);
+      await vi.advanceTimersByTimeAsync(1000);
+      await vi.waitFor(() => expect(adapter.sent.map((m) => m.text)).toEqual(["one", "two"]));
+      expect((await second.done).status).toBe("sent");
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("rate limits are per bot account: the same chat on a second account does not wait for the first account's limit", async () => {

@@ -83,25 +83,19 @@ describe("inbound router", () => {
       return { content: "late answer" };
     });
     // The indicator repeats on an interval while the run lasts: that interval is driven by hand, and
-    // the clock moved past the per-chat gap, so each tick is one the chat would see.
-    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] });
-    const realNow = Date.now.bind(Date);
-    let shift = 0;
-    const clock = vi.spyOn(Date, "now").mockImplementation(() => realNow() + shift);
+    // with it the clock past the per-chat gap, so each tick is one the chat would see.
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval", "performance"] });
     try {
       await h.app.router.accept(asked);
       await vi.waitFor(() => expect(telegram.typingCalls).toHaveLength(1), { timeout: 5000 });
-      shift += 10_000;
       vi.advanceTimersByTime(6000);
       // The control: while the chat is allowed, the run's indicator repeats.
       expect(telegram.typingCalls).toHaveLength(2);
       await h.app.router.accept(inbound({ text: "/send off", peerId: OWNER, senderId: OWNER, to: OWNER }));
       await vi.waitFor(() => expect(telegram.textsTo(OWNER)).toEqual(["⚙️ Send policy set to off."]));
-      shift += 10_000;
       vi.advanceTimersByTime(6000);
       expect(telegram.typingCalls).toHaveLength(2);
     } finally {
-      clock.mockRestore();
       vi.useRealTimers();
       release();
     }
@@ -109,6 +103,32 @@ describe("inbound router", () => {
     await vi.waitFor(() => expect(h.app.outbox.get(`reply:${inboundId(asked)}`)).toMatchObject({ state: "suppressed" }));
     expect(telegram.textsTo(OWNER)).toEqual(["⚙️ Send policy set to off."]);
     expect(telegram.typingCalls).toHaveLength(2);
+  });
+
+  it("typing keeps showing for a long run after the wall clock is set back by hours (an NTP correction): the per-chat gap counts elapsed time", async () => {
+    const { h, telegram } = await boot();
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    h.model.setResponder(async () => {
+      await held;
+      return { content: "late answer" };
+    });
+    // The indicator's interval and the monotonic clock are driven by hand; the wall clock is moved alone.
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval", "performance"] });
+    const realNow = Date.now.bind(Date);
+    const clock = vi.spyOn(Date, "now");
+    try {
+      await h.app.router.accept(inbound({ text: "think hard", peerId: "1001", to: "1001" }));
+      await vi.waitFor(() => expect(telegram.typingCalls).toHaveLength(1), { timeout: 5000 });
+      clock.mockImplementation(() => realNow() - 3 * 3600_000);
+      vi.advanceTimersByTime(6000);
+      expect(telegram.typingCalls).toHaveLength(2);
+    } finally {
+      clock.mockRestore();
+      vi.useRealTimers();
+      release();
+    }
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["late answer"]), { timeout: 5000 });
   });
 
   it("R2 a mentioned group message lands in agent:main:telegram:group:<id> with the channel recorded", async () => {

@@ -1,4 +1,5 @@
-import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import pino from "pino";
@@ -21,6 +22,14 @@ function store(opts?: ConstructorParameters<typeof TranscriptStore>[0]): Transcr
 
 const user = (content: string, timestamp = 1): TranscriptMessage => ({ role: "user", content, timestamp });
 const texts = (messages: TranscriptMessage[]) => messages.map((m) => m.role === "user" && m.content);
+
+/**
+ * This test process's file size limit (RLIMIT_FSIZE; Node ignores SIGXFSZ): a write past it is cut
+ * short, and the next fails with EFBIG — what a disk that fills up mid-write does (then ENOSPC).
+ */
+function limitFileSize(bytes: number | "unlimited"): void {
+  execFileSync("prlimit", ["--pid", String(process.pid), `--fsize=${bytes}:`]);
+}
 
 function ref() {
   const dir = mkdtempSync(path.join(os.tmpdir(), "sb-tr-"));
@@ -63,6 +72,23 @@ describe("transcripts (append-only JSONL)", () => {
     await fresh.appendMessage(r, { role: "user", content: "two", timestamp: 2 });
     expect((await fresh.readMessages(r.path)).map((m) => m.role === "user" && m.content)).toEqual(["one", "two"]);
     expect((await fresh.readMessages(r.path, 5)).length).toBe(2);
+  });
+
+  it("a line cut short by a full disk (a short write, then the error) is fenced off by the same store: the next line, once there is room, reads back whole and follows the last whole one", async () => {
+    const t = store();
+    const r = ref();
+    const before = await t.appendMessage(r, user("before", 1));
+    // The file may grow by 20 bytes more: the next line is cut there, as on a disk that fills mid-write.
+    limitFileSize(statSync(r.path).size + 20);
+    try {
+      await expect(t.appendMessage(r, user("x".repeat(200), 2))).rejects.toMatchObject({ code: "EFBIG" });
+    } finally {
+      limitFileSize("unlimited");
+    }
+    await t.appendMessage(r, user("after", 3));
+    expect(texts(await store().readMessages(r.path))).toEqual(["before", "after"]);
+    const lines = (await store().readLines(r.path)).filter((l) => l.type === "message");
+    expect(lines.map((l) => l.type === "message" && l.parentId)).toEqual([null, before]);
   });
 
   it("a torn line does not count toward a read's limit: the last N messages are N whole ones, before and after the next append, from a fresh store too", async () => {

@@ -102,3 +102,36 @@ describe("cron: ticks missed while the daemon was down", () => {
     expect(again.logs.map((l) => l.msg)).toEqual(["cron job scheduled"]);
   });
 });
+
+describe("cron: the wall clock set back while the daemon runs", () => {
+  it("a clock set back across a tick that already ran (an NTP correction) does not run that tick again", async () => {
+    const job = { id: "hourly", schedule: "0 * * * *", timezone: "UTC", message: "hourly report" };
+    h = await startHarness({ store: "sqlite", responder: toolDriver(), config: { cron: { jobs: [job] } } });
+    features(h).cron.stop();
+    // croner's timers and the wall clock are driven by hand from here; the rest runs in real time.
+    vi.useFakeTimers({ toFake: ["Date", "setTimeout", "clearTimeout"], shouldAdvanceTime: true, now: new Date("2026-11-25T08:59:59.000Z") });
+    const logs: Array<{ msg: string }> = [];
+    const scheduler = new CronScheduler(h.app, pino({ level: "info" }, { write: (line: string) => void logs.push(JSON.parse(line)) }));
+    const reports = async () => (await messagesOf(h!.app, "cron:hourly")).filter((m) => m.role === "user");
+    try {
+      await scheduler.start();
+      await vi.advanceTimersByTimeAsync(1000);
+      await vi.waitFor(async () => expect(await h!.app.kv.space<TickRecord>("cron").get("cron:hourly")).toEqual({ tick: "2026-11-25T09:00:00.000Z", done: true }), { timeout: 5000 });
+      // Set back an hour: 09:00 comes round again.
+      vi.setSystemTime(new Date(Date.now() - 3600_000));
+      await vi.advanceTimersByTimeAsync(3600_000);
+      await h.app.router.idle();
+      await vi.waitFor(async () => expect(await h!.app.kv.space<TickRecord>("cron").get("cron:hourly")).toMatchObject({ done: true }), { timeout: 5000 });
+      expect(await reports()).toHaveLength(1);
+      expect(h.model.requests).toHaveLength(1);
+      expect(logs.map((l) => l.msg)).toContain("cron job tick skipped: the clock was set back, and this tick already ran");
+      // Ticks after the last one run as ever.
+      await vi.advanceTimersByTimeAsync(3600_000);
+      await vi.waitFor(async () => expect(await h!.app.kv.space<TickRecord>("cron").get("cron:hourly")).toEqual({ tick: "2026-11-25T10:00:00.000Z", done: true }), { timeout: 5000 });
+      expect(await reports()).toHaveLength(2);
+    } finally {
+      scheduler.stop();
+      vi.useRealTimers();
+    }
+  });
+});

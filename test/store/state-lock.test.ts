@@ -1,8 +1,8 @@
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
-import { lockStateDir, StateDirInUseError, type StateLock } from "../../src/store/state-lock.js";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { LOCK_FILE, lockStateDir, StateDirInUseError, type StateLock } from "../../src/store/state-lock.js";
 
 const dirs: string[] = [];
 const locks: StateLock[] = [];
@@ -29,6 +29,18 @@ describe("the state directory lock (one daemon per state)", () => {
     await first.release();
     expect(existsSync(path.join(dir, "switchboard.pid"))).toBe(false);
     locks.push(await lockStateDir(dir));
+  });
+
+  it("a lock file removed while its holder runs (a clean-up of the state directory) is taken again at once: a second daemon is still refused", async () => {
+    const dir = stateDir();
+    locks.push(await lockStateDir(dir));
+    rmSync(path.join(dir, LOCK_FILE));
+    // The holder notices by a watch on the file, not by polling: the file is back at once.
+    await vi.waitFor(() => expect(existsSync(path.join(dir, LOCK_FILE))).toBe(true));
+    const second = await lockStateDir(dir).catch((err: unknown) => err);
+    if (!(second instanceof Error)) locks.push(second as StateLock);
+    expect(second).toBeInstanceOf(StateDirInUseError);
+    expect(second).toMatchObject({ holderPid: process.pid });
   });
 
   it("an unwritable state directory is a clear error, not a claim that another daemon holds it", async () => {

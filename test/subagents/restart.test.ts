@@ -6,12 +6,14 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import pino from "pino";
 import { afterEach, expect, it, vi } from "vitest";
 import { formatDuration } from "../../src/agents/subagents/announce.js";
 import type { SubagentRun } from "../../src/agents/subagents/registry.js";
 import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
+import { openStoreDb } from "../helpers/store-db.js";
 import { afterTool, callViaTelegram, features, settle, stepOf, toolDriver, type Step } from "../helpers/tool-driver.js";
 
 const GROUP_PEER = "-100888";
@@ -166,4 +168,41 @@ it("R40 archive times survive a restart: children whose time came while the daem
   // R38 an ANNOUNCE_SKIP counts as announced: the next daemon does not ask again, nor post.
   expect(b.h.model.requests).toHaveLength(0);
   expect(b.announces()).toEqual([]);
+});
+
+it("R37 a sub-agent run that ends while the store cannot write (a full disk) is announced with its outcome once the store writes again — not left for a restart to report it interrupted", async () => {
+  stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-restart-"));
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const lines: Array<{ level: number; msg: string }> = [];
+  const telegram = new RecordingAdapter("telegram");
+  const h = await startHarness({
+    stateDir,
+    store: "sqlite",
+    adapters: [telegram],
+    log: pino({ level: "warn" }, { write: (line: string) => void lines.push(JSON.parse(line)) }),
+    responder: toolDriver(async (_req, step) => {
+      if (step === "subagent") {
+        await held;
+        return { content: "found it" };
+      }
+      return step === "subagent-announce" ? { content: "Notes: none" } : undefined;
+    }),
+  });
+  running.push(h);
+  const { result } = await callViaTelegram(h, { peerId: GROUP_PEER }, "sessions_spawn", { task: "quick lookup" });
+  await vi.waitFor(() => expect(h.model.requests.some((r) => stepOf(r) === "subagent")).toBe(true));
+  const db = await openStoreDb(stateDir);
+  try {
+    await db.exec("CREATE TRIGGER test_disk_full BEFORE UPDATE ON keyv WHEN NEW.key LIKE 'subagents:%' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END");
+    release();
+    // The run's end could not be recorded: the log says so.
+    await vi.waitFor(() => expect(lines.some((l) => /disk is full/.test(JSON.stringify(l)))).toBe(true), { timeout: 5000 });
+    await db.exec("DROP TRIGGER test_disk_full");
+  } finally {
+    await db.close();
+  }
+  await vi.waitFor(() => expect(telegram.textsTo(GROUP_PEER).filter((t) => t.startsWith("Status:"))).toHaveLength(1), { timeout: 10_000 });
+  expect(telegram.textsTo(GROUP_PEER).find((t) => t.startsWith("Status:"))!.split("\n").slice(0, 2)).toEqual(["Status: ok", "Result: found it"]);
+  expect(await h.app.kv.space<SubagentRun>("subagents").get(result.runId)).toMatchObject({ outcome: { status: "ok" }, announcedAt: expect.any(Number) });
 });

@@ -13,12 +13,14 @@
  * (`subagent-announce:<runId>`) keeps that to one delivery, so each run is announced exactly once.
  */
 import { promises as fs } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import type pino from "pino";
 import type { App } from "../../app.js";
 import type { RunEvent, RunOutcome } from "../runtime.js";
 import type { DeliveryContext } from "../../sessions/entry.js";
 import type { KvSpace } from "../../store/kv.js";
 import type { BackgroundTasks } from "../../tools/background.js";
+import { isIoError } from "../../util/io-error.js";
 import { isSkipToken } from "../../util/skip-token.js";
 import { outboundTargetOf } from "../../tools/delivery-route.js";
 import { formatStatsLine, normalizeAnnounce, type SubagentStatus } from "./announce.js";
@@ -28,6 +30,8 @@ import { SUBAGENT_ANNOUNCE_MESSAGE, SUBAGENT_ANNOUNCE_SKIP, subagentAnnounceProm
 export const ANNOUNCE_STEP_TIMEOUT_MS = 120_000;
 /** The archive sweeper never sleeps longer than this (setTimeout's range is ~24 days). */
 const MAX_SWEEP_DELAY_MS = 3600_000;
+/** Writes tried again while the store cannot write wait 1 s, doubling up to this. */
+const STORE_RETRY_MAX_MS = 30_000;
 
 export interface SubagentRun {
   runId: string;
@@ -67,6 +71,8 @@ export class SubagentRegistry {
   private readonly announcing = new Set<string>();
   private readonly onRun = (ev: RunEvent) => this.onRunEvent(ev);
   private sweepTimer?: NodeJS.Timeout;
+  /** Aborted by stop(): a write waiting for the store is left to the next process. */
+  private readonly stopping = new AbortController();
 
   constructor(private readonly deps: SubagentRegistryDeps) {}
 
@@ -93,6 +99,7 @@ export class SubagentRegistry {
   stop(): void {
     this.deps.app.runtime.events.off("run", this.onRun);
     clearTimeout(this.sweepTimer);
+    this.stopping.abort();
   }
 
   async register(run: SubagentRun): Promise<void> {
@@ -154,7 +161,7 @@ export class SubagentRegistry {
     run.outcome = { ...outcome, usage: outcome.usage ?? (child ? { input: child.inputTokens ?? 0, output: child.outputTokens ?? 0 } : undefined) };
     const archiveAfterMinutes = this.deps.app.config.agents.defaults.subagents.archiveAfterMinutes;
     if (run.cleanup === "keep" && archiveAfterMinutes > 0) run.archiveAt = now + archiveAfterMinutes * 60_000;
-    await this.persist(run);
+    await this.untilStored(run, "outcome", () => this.persist(run));
     this.deps.log.info({ runId: run.runId, sessionKey: run.childSessionKey, status: outcome.status }, "sub-agent run ended");
     this.announceInBackground(run);
     this.scheduleSweep();
@@ -202,10 +209,11 @@ export class SubagentRegistry {
       log.info({ runId: run.runId, requester: run.requesterSessionKey }, "sub-agent announce not posted: the requester had no chat route at spawn time");
     } else {
       const text = `${normalizeAnnounce({ reply, status: outcome.status, error: outcome.error, fallbackResult: outcome.reply })}\n${this.statsLine(run)}`;
-      await app.outbox.enqueue({ id: `subagent-announce:${run.runId}`, sessionKey: run.requesterSessionKey, target: outboundTargetOf(run.requesterOrigin), text, kind: "announce" });
+      const announce = { id: `subagent-announce:${run.runId}`, sessionKey: run.requesterSessionKey, target: outboundTargetOf(run.requesterOrigin), text, kind: "announce" as const };
+      await this.untilStored(run, "announce", () => app.outbox.enqueue(announce).then(() => undefined));
     }
     run.announcedAt = Date.now();
-    await this.persist(run);
+    await this.untilStored(run, "announce mark", () => this.persist(run));
     await this.cleanup(run);
   }
 
@@ -277,6 +285,29 @@ export class SubagentRegistry {
     const delay = Math.min(Math.max(Math.min(...due) - Date.now(), 0), MAX_SWEEP_DELAY_MS);
     this.sweepTimer = setTimeout(() => this.deps.background.run("sub-agent archive sweep", {}, () => this.sweep()), delay);
     this.sweepTimer.unref();
+  }
+
+  /**
+   * A write that records a run's end or its announce, tried again while the store cannot write (a
+   * full disk, a read-only state directory). Given up at once, the requester heard nothing until
+   * a restart, which then reported a run that had finished as "interrupted by restart". Rejects
+   * once the registry stops: the next process resumes from what the store holds.
+   */
+  private async untilStored(run: SubagentRun, what: string, write: () => Promise<void>): Promise<void> {
+    for (let failures = 0; ; failures++) {
+      try {
+        await write();
+        if (failures > 0) this.deps.log.info({ runId: run.runId, failures }, `sub-agent ${what} stored: the store writes again`);
+        return;
+      } catch (err) {
+        if (!isIoError(err) || this.stopping.signal.aborted) throw err;
+        const retryInMs = Math.min(STORE_RETRY_MAX_MS, 1000 * 2 ** failures);
+        // One line per outage of the store, not one per try.
+        if (failures === 0) this.deps.log.warn({ runId: run.runId, err: (err as Error).message, retryInMs }, `sub-agent ${what} could not be stored; retrying until the store writes again`);
+        await sleep(retryInMs, undefined, { signal: this.stopping.signal }).catch(() => undefined);
+        if (this.stopping.signal.aborted) throw err;
+      }
+    }
   }
 
   private async persist(run: SubagentRun): Promise<void> {
