@@ -76,12 +76,7 @@ describe("inbound router", () => {
   it("D2 R28 a run still going when the owner says /send off stops showing typing in the chat it silenced", async () => {
     const { h, telegram } = await boot();
     const asked = inbound({ text: "think hard", peerId: OWNER, senderId: OWNER, to: OWNER });
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    h.model.setResponder(async () => {
-      await held;
-      return { content: "late answer" };
-    });
+    const release = answerWhenReleased(h);
     // The indicator repeats on an interval while the run lasts: that interval is driven by hand, and
     // with it the clock past the per-chat gap, so each tick is one the chat would see.
     vi.useFakeTimers({ toFake: ["setInterval", "clearInterval", "performance"] });
@@ -107,12 +102,7 @@ describe("inbound router", () => {
 
   it("typing keeps showing for a long run after the wall clock is set back by hours (an NTP correction): the per-chat gap counts elapsed time", async () => {
     const { h, telegram } = await boot();
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    h.model.setResponder(async () => {
-      await held;
-      return { content: "late answer" };
-    });
+    const release = answerWhenReleased(h);
     // The indicator's interval and the monotonic clock are driven by hand; the wall clock is moved alone.
     vi.useFakeTimers({ toFake: ["setInterval", "clearInterval", "performance"] });
     const realNow = Date.now.bind(Date);
@@ -281,17 +271,7 @@ describe("inbound router", () => {
   });
 
   it("interfaces §5 /new while a message waits behind the session's running turn: that message is recorded and answered in the session it was said in, and the fresh session starts empty", async () => {
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    const { h, telegram } = await boot();
-    h.model.setResponder(async (req, i) => {
-      if (JSON.stringify(req.messages).includes("first question")) await held;
-      return echoLastUser(req, i);
-    });
-    await h.app.router.accept(inbound({ senderId: OWNER, text: "first question" }));
-    await vi.waitFor(() => expect(h.app.runtime.counts().running).toBe(1));
-    // Said before the /new, while the first question still holds the session's turn.
-    await h.app.router.accept(inbound({ senderId: OWNER, text: "second question" }));
+    const { h, telegram, release } = await secondQuestionWaiting();
     const before = h.app.sessions.require("agent:main:main");
     await h.app.router.accept(inbound({ senderId: OWNER, text: "/new" }));
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual([expect.stringMatching(/^⚙️ New session started/)]));
@@ -396,16 +376,7 @@ describe("inbound router", () => {
   });
 
   it("interfaces §5 /stop also stops the messages waiting behind the run it aborts: they stay recorded, none of them is run or answered after the /stop", async () => {
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    const { h, telegram } = await boot();
-    h.model.setResponder(async (req, i) => {
-      if (JSON.stringify(req.messages).includes("first question")) await held;
-      return echoLastUser(req, i);
-    });
-    await h.app.router.accept(inbound({ senderId: OWNER, text: "first question" }));
-    await vi.waitFor(() => expect(h.app.runtime.counts().running).toBe(1));
-    await h.app.router.accept(inbound({ senderId: OWNER, text: "second question" }));
+    const { h, telegram, release } = await secondQuestionWaiting();
     await h.app.router.accept(inbound({ senderId: OWNER, text: "/stop" }));
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["⚙️ Stopped 1 run(s)."]));
     release();
@@ -631,42 +602,26 @@ describe("inbound router", () => {
 
   it("a message whose accept write failed is neither processed nor remembered: the platform's redelivery is processed, and answered once", async () => {
     const { h, telegram } = await boot();
-    const db = await openStoreDb(h.stateDir);
     const msg = inbound({ text: "deliver me" });
-    try {
-      await db.exec("CREATE TRIGGER test_refuse_inbound BEFORE INSERT ON keyv WHEN NEW.key LIKE 'inbound:%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+    await whileInboundRefused(h, async () => {
       await expect(h.app.router.accept(msg)).rejects.toThrow(/refused by the test/);
       await h.app.router.idle();
       expect(h.model.requests).toHaveLength(0);
-      await db.exec("DROP TRIGGER test_refuse_inbound");
-    } finally {
-      await db.close();
-    }
-    expect(await h.app.router.accept(msg)).toEqual({ status: "accepted" });
-    await h.app.router.idle();
-    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: deliver me"]));
-    expect(h.model.requests).toHaveLength(1);
+    });
+    await expectAnsweredOnce(h, telegram, msg);
   });
 
   it("a redelivery racing its first delivery, whose accept write then fails, is not told the message is known: it fails too, and a later redelivery is processed and answered once", async () => {
     const { h, telegram } = await boot();
-    const db = await openStoreDb(h.stateDir);
     const msg = inbound({ text: "deliver me" });
-    try {
-      await db.exec("CREATE TRIGGER test_refuse_inbound BEFORE INSERT ON keyv WHEN NEW.key LIKE 'inbound:%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+    await whileInboundRefused(h, async () => {
       const [first, again] = await Promise.allSettled([h.app.router.accept(msg), h.app.router.accept({ ...msg })]);
       expect(first).toMatchObject({ status: "rejected", reason: expect.objectContaining({ message: expect.stringMatching(/refused by the test/) }) });
       // Resolving would tell the adapter the message is durably accepted (AdapterContext.onInbound): nothing is.
       expect(again.status).toBe("rejected");
       await h.app.router.idle();
-      await db.exec("DROP TRIGGER test_refuse_inbound");
-    } finally {
-      await db.close();
-    }
-    expect(await h.app.router.accept(msg)).toEqual({ status: "accepted" });
-    await h.app.router.idle();
-    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: deliver me"]));
-    expect(h.model.requests).toHaveLength(1);
+    });
+    await expectAnsweredOnce(h, telegram, msg);
   });
 
   it("a failed write of the session entry leaves the message pending and retried, not done; once the store writes again it is done and the entry stored", async () => {
@@ -854,3 +809,57 @@ describe("no model configured", () => {
     await vi.waitFor(() => expect(telegram.textsTo("1001")[0]).toMatch(/No model configured — see README/));
   });
 });
+
+/**
+ * The owner's "first question" holds the session's turn (its model call waits for `release`) and
+ * "second question", said meanwhile, waits behind it.
+ */
+async function secondQuestionWaiting() {
+  const { held, release } = latch();
+  const { h, telegram } = await boot();
+  h.model.setResponder(async (req, i) => {
+    if (JSON.stringify(req.messages).includes("first question")) await held;
+    return echoLastUser(req, i);
+  });
+  await h.app.router.accept(inbound({ senderId: OWNER, text: "first question" }));
+  await vi.waitFor(() => expect(h.app.runtime.counts().running).toBe(1));
+  await h.app.router.accept(inbound({ senderId: OWNER, text: "second question" }));
+  return { h, telegram, release };
+}
+
+/** The model answers "late answer" only once the returned function is called. */
+function answerWhenReleased(h: Harness): () => void {
+  const { held, release } = latch();
+  h.model.setResponder(async () => {
+    await held;
+    return { content: "late answer" };
+  });
+  return release;
+}
+
+/** A promise (`held`) that settles when `release` is called. */
+function latch(): { held: Promise<void>; release: () => void } {
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  return { held, release };
+}
+
+/** Runs `during` while the store refuses every inbound record's write; then it writes again. */
+async function whileInboundRefused(h: Harness, during: () => Promise<void>): Promise<void> {
+  const db = await openStoreDb(h.stateDir);
+  try {
+    await db.exec("CREATE TRIGGER test_refuse_inbound BEFORE INSERT ON keyv WHEN NEW.key LIKE 'inbound:%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+    await during();
+    await db.exec("DROP TRIGGER test_refuse_inbound");
+  } finally {
+    await db.close();
+  }
+}
+
+/** `msg` delivered again is accepted, and answered once (one model call). */
+async function expectAnsweredOnce(h: Harness, telegram: RecordingAdapter, msg: InboundMessage): Promise<void> {
+  expect(await h.app.router.accept(msg)).toEqual({ status: "accepted" });
+  await h.app.router.idle();
+  await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual([`echo: ${msg.text}`]));
+  expect(h.model.requests).toHaveLength(1);
+}
