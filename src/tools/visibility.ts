@@ -53,7 +53,9 @@ export type AgentToAgentDecision = { allowed: true } | { allowed: false; reason:
 export function agentToAgentDecision(policy: SessionView["agentToAgent"], requesterAgentId: string, targetAgentId: string): AgentToAgentDecision {
   if (requesterAgentId === targetAgentId) return { allowed: true };
   if (!policy.enabled) return { allowed: false, reason: "disabled" };
-  const matches = (id: string) => policy.allow.length === 0 || policy.allow.some((p) => matchesIdPattern(p, id));
+  // Agent ids are lowercased wherever they are read (sessions/keys.ts normalizeAgentId), so a
+  // pattern is too: `allow: ["Ops"]` names the agent `Ops` of agents.list, which is `ops`.
+  const matches = (id: string) => policy.allow.length === 0 || policy.allow.some((p) => matchesIdPattern(p.toLowerCase(), id));
   return matches(requesterAgentId) && matches(targetAgentId) ? { allowed: true } : { allowed: false, reason: "denied" };
 }
 

@@ -85,6 +85,8 @@ describe("tools.agentToAgent patterns", () => {
     [{ enabled: true, allow: [] }, "main", "beta", { allowed: true }],
     [{ enabled: true, allow: ["main", "beta"] }, "main", "beta", { allowed: true }],
     [{ enabled: true, allow: ["beta"] }, "main", "beta", { allowed: false, reason: "denied" }],
+    // Agent ids are case-insensitive (normalised to lower case): so are the names allow lists.
+    [{ enabled: true, allow: ["Main", "Ops"] }, "main", "ops", { allowed: true }],
   ] as const)("policy %j, %s → %s", (policy, requester, target, expected) => {
     expect(agentToAgentDecision(policy, requester, target)).toEqual(expected);
   });
