@@ -695,6 +695,44 @@ describe("discord adapter: stop with a queue", () => {
   });
 });
 
+describe("discord adapter: a store that cannot write (Discord never delivers a message again)", () => {
+  const diskFull = () => Object.assign(new Error("database or disk is full"), { code: "SQLITE_FULL" });
+
+  it("a hand-over still retrying an I/O failure when the adapter stops gives up: the core is not handed the message after stop(), and lastError says it was not accepted", async () => {
+    let calls = 0;
+    const h = await started({}, {
+      beforeAccept: async () => {
+        calls++;
+        throw diskFull();
+      },
+    });
+    h.fake.injectDM({ content: "while the disk is full" });
+    await vi.waitFor(() => expect(h.adapter.health().lastError).toMatch(/not accepted, retrying: database or disk is full$/), waitOpts);
+    await h.adapter.stop();
+    const handed = calls;
+    await vi.waitFor(() => expect(h.adapter.health().lastError).toMatch(/not accepted: database or disk is full$/), waitOpts);
+    expect(calls).toBe(handed);
+  });
+
+  it("after stop() and start() again, an I/O failure to hand a message over is retried as before", async () => {
+    let failNext = false;
+    const h = await started({}, {
+      beforeAccept: async () => {
+        if (failNext) {
+          failNext = false;
+          throw diskFull();
+        }
+      },
+    });
+    await h.adapter.stop();
+    await h.adapter.start();
+    failNext = true;
+    h.fake.injectDM({ content: "after the restart" });
+    await vi.waitFor(() => expect(h.inbound.map((m) => m.text)).toEqual(["after the restart"]), waitOpts);
+    expect(h.adapter.health().lastError).toMatch(/not accepted, retrying: database or disk is full$/);
+  });
+});
+
 describe("discord adapter: native slash commands", () => {
   it("/send mode:off in a guild channel reaches onNativeCommand as '/send off' and is answered ephemerally", async () => {
     const h = await started({}, { onNativeCommand: async () => "⚙️ Send policy set to off." });

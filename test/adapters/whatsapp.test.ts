@@ -298,6 +298,48 @@ describe("whatsapp adapter: inbound", () => {
   });
 });
 
+describe("whatsapp adapter: a store that cannot write (WhatsApp never delivers a message again)", () => {
+  const diskFull = () => Object.assign(new Error("database or disk is full"), { code: "SQLITE_FULL" });
+
+  it("a hand-over still retrying an I/O failure when the adapter stops gives up: the core is not handed the message after stop(), and the loss is logged", async () => {
+    const { log, lines } = capturingLog();
+    let calls = 0;
+    const { wa, adapter } = await connected({ log, onInbound: async () => {
+        calls++;
+        throw diskFull();
+      },
+    });
+    wa.injectText({ chatJid: ALICE_PN, text: "while the disk is full" });
+    await waitFor(() => /^inbound message not accepted, retrying: database or disk is full$/.test(adapter.health().lastError ?? ""), "a retried hand-over");
+    await adapter.stop();
+    running.splice(running.indexOf(adapter), 1);
+    const handed = calls;
+    await waitFor(() => lines.some((l) => l.msg === "whatsapp inbound failed"), "the hand-over given up");
+    expect(calls).toBe(handed);
+  });
+
+  it("after stop() and start() again, an I/O failure to hand a message over is retried as before", async () => {
+    const inbound: InboundMessage[] = [];
+    let failNext = false;
+    const { wa, adapter } = await connected({
+      onInbound: async (m) => {
+        if (failNext) {
+          failNext = false;
+          throw diskFull();
+        }
+        inbound.push(m);
+      },
+    });
+    await adapter.stop();
+    await adapter.start();
+    await waitFor(() => adapter.health().connected, "connected again");
+    failNext = true;
+    wa.injectText({ chatJid: ALICE_PN, text: "after the restart" });
+    await waitFor(() => inbound.length === 1, "the message, handed over again", 5_000);
+    expect(inbound[0].text).toBe("after the restart");
+  });
+});
+
 describe("whatsapp adapter: outbound", () => {
   it("sends text, returns the WhatsApp message id and quotes the message it replies to", async () => {
     const { wa, inbound, adapter } = await connected();

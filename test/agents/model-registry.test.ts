@@ -2,6 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { ModelRegistry } from "../../src/agents/models/registry.js";
 import { parseConfig } from "../../src/config/load.js";
+import { FakeModelServer } from "../fakes/model-server.js";
 
 const registry = (env: NodeJS.ProcessEnv = {}, defaults: { model?: string } = { model: "fake/m" }) =>
   new ModelRegistry(
@@ -66,6 +67,19 @@ describe("model registry from the environment", () => {
     expect(openai.missingModel("main")).toBeUndefined();
     expect(openai.resolve(openai.defaultRef("main")!)).toMatchObject({ ref: "env/gpt-4o-mini", model: "gpt-4o-mini" });
     expect(fromEnv({ OPENAI_API_KEY: "sk-env-key-123456" }).configured).toBe(false);
+  });
+
+  it("OPENAI_BASE_URL wins over OpenAI itself when OPENAI_API_KEY and SWITCHBOARD_MODEL are set too (a key for OpenRouter or a local server): requests go to OPENAI_BASE_URL", async () => {
+    const server = new FakeModelServer();
+    try {
+      const models = fromEnv({ OPENAI_BASE_URL: await server.start(), OPENAI_API_KEY: "sk-env-key-123456", SWITCHBOARD_MODEL: "llama3.1" });
+      const { provider, model } = models.resolve(models.defaultRef("main")!);
+      const result = await provider.complete({ model, messages: [{ role: "user", content: "where am I?" }], tools: [] });
+      expect(result.content).toBe("echo: where am I?");
+      expect(server.requests).toMatchObject([{ model: "llama3.1" }]);
+    } finally {
+      await server.stop();
+    }
   });
 
   it("SWITCHBOARD_MODEL may name the env provider itself (env/llama3.1) or not (llama3.1)", () => {

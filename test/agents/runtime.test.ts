@@ -438,6 +438,33 @@ describe("agent runtime limits", () => {
     }
   });
 
+  it("R18 a run that ended longer ago than completions are kept (15 minutes, on the monotonic clock) is forgotten: agent.wait says unknown", async () => {
+    // The sweep's interval and the monotonic clock it measures with, faked; sockets run for real.
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval", "performance"] });
+    try {
+      h = await startHarness();
+      const run = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "forget me" });
+      await run.done;
+      vi.advanceTimersByTime(14 * 60_000);
+      expect(await h.app.runtime.wait(run.runId, 0)).toMatchObject({ runId: run.runId, status: "ok" });
+      vi.advanceTimersByTime(2 * 60_000);
+      expect(await h.app.runtime.wait(run.runId, 0)).toEqual({ runId: run.runId, status: "timeout", unknown: true });
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("a wait whose waiter is already gone (its gateway connection closed before the wait began) ends at once, holding no listener", async () => {
+    h = await startHarness();
+    const { events } = h.app.runtime;
+    const before = events.listenerCount("run");
+    const gone = new AbortController();
+    gone.abort();
+    const waiting = h.app.runtime.wait("never-started", 24 * 3600_000, gone.signal);
+    expect(events.listenerCount("run")).toBe(before);
+    expect(await waiting).toEqual({ runId: "never-started", status: "timeout", unknown: true });
+  });
+
   it("R18 a run that just ended stays known after the wall clock jumps forward by hours: agent.wait answers, and a repeated agent call with its idempotencyKey does not run it again", async () => {
     // Only setInterval is faked (the sweep's clock); the wall clock is moved by hand.
     vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] });

@@ -12,7 +12,7 @@ import { SessionStore } from "../../src/sessions/session-store.js";
 import { TranscriptStore } from "../../src/sessions/transcript.js";
 import { openKvStore, type KvSpace, type KvStore } from "../../src/store/kv.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
-import { openStoreDb } from "../helpers/store-db.js";
+import { openStoreDb, type StoreDb } from "../helpers/store-db.js";
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -871,5 +871,119 @@ describe("outbox — the one outbound gate", () => {
     const queued: OutboxRecord = { id: "q", target, kind: "reply", text: "still here", state: "queued", next: 0, messageIds: [], attempts: 0, createdAt: Date.now(), updatedAt: Date.now() };
     const { adapter } = await resumeAfterRestart(queued);
     expect(adapter.textsTo("-100")).toEqual(["still here"]);
+  });
+});
+
+/**
+ * The store refusing every write of message `id` from the write `from` picks on (a full disk: a
+ * trigger on the store's own file, armed just before that write), until `writable()`. The
+ * outbox's waits are held until the test wakes them.
+ */
+function diskFillsAt(id: string, from: (record: OutboxRecord) => boolean) {
+  const waits: Array<() => void> = [];
+  let db: StoreDb | undefined;
+  let armed = false;
+  return {
+    waits,
+    clock: { sleep: () => new Promise<void>((wake) => waits.push(wake)) },
+    watchSpace: (space: KvSpace<OutboxRecord>): KvSpace<OutboxRecord> => ({
+      ...space,
+      set: async (key, record) => {
+        if (!armed && key === id && from(record)) {
+          armed = true;
+          await db!.exec(`CREATE TRIGGER test_disk_full BEFORE UPDATE ON keyv WHEN NEW.key = 'outbox:${id}' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`);
+        }
+        return space.set(key, record);
+      },
+    }),
+    async open(stateDir: string) {
+      db = await openStoreDb(path.join(stateDir, "s.sqlite"));
+      cleanups.push(() => db!.close());
+    },
+    writable: () => db!.exec("DROP TRIGGER test_disk_full"),
+    wakeAll() {
+      for (const wake of waits.splice(0)) wake();
+    },
+  };
+}
+
+describe("outbox: a store that stops writing mid-delivery (a full disk): the message waits for it, and its chat's next message waits behind it", () => {
+  const long = `${"a".repeat(40)} ${"b".repeat(40)} ${"c".repeat(40)}`;
+
+  async function faulted(id: string, from: (record: OutboxRecord) => boolean, adapter = new RecordingAdapter("telegram", "default", 50)) {
+    const stateDir = freshStateDir();
+    const fault = diskFillsAt(id, from);
+    const { outbox } = await setup({ stateDir, adapter, clock: fault.clock, watchSpace: fault.watchSpace });
+    await fault.open(stateDir);
+    return { outbox, adapter, fault };
+  }
+
+  /** Nothing after `sentSoFar` goes out while the store refuses; once it writes again, everything does, in order. */
+  async function waitsThenResumes(h: Awaited<ReturnType<typeof faulted>>, sentSoFar: string[], all: string[], dones: Array<Promise<{ status: string }>>) {
+    await vi.waitFor(() => expect(h.fault.waits.length).toBeGreaterThan(0));
+    expect(h.adapter.sent.map((m) => m.text)).toEqual(sentSoFar);
+    await h.fault.writable();
+    await vi.waitFor(() => {
+      h.fault.wakeAll();
+      expect(h.adapter.sent.map((m) => m.text)).toEqual(all);
+    });
+    for (const done of dones) expect((await done).status).toBe("sent");
+  }
+
+  it("a long reply whose progress after its first chunk is refused sends the rest once the store writes again: not left half-sent until a restart", async () => {
+    const h = await faulted("long", (r) => r.next === 1);
+    const first = await h.outbox.enqueue({ id: "long", target, text: long, kind: "reply" });
+    const next = await h.outbox.enqueue({ id: "next", target, text: "next", kind: "reply" });
+    await waitsThenResumes(h, ["a".repeat(40)], ["a".repeat(40), "b".repeat(40), "c".repeat(40), "next"], [first.done, next.done]);
+  });
+
+  it("a reply whose final 'sent' is refused is reported sent once the store writes again, not left unanswered", async () => {
+    const h = await faulted("r", (r) => r.state === "sent");
+    const first = await h.outbox.enqueue({ id: "r", target, text: "reply", kind: "reply" });
+    const next = await h.outbox.enqueue({ id: "next", target, text: "next", kind: "reply" });
+    await waitsThenResumes(h, ["reply"], ["reply", "next"], [first.done, next.done]);
+  });
+
+  it("a send to be retried after a platform failure, whose retry state is refused, is retried once the store writes again", async () => {
+    const h = await faulted("r", (r) => r.failingSince !== undefined);
+    h.adapter.failures.push(new PlatformError("telegram", "transport", "ECONNRESET"));
+    const first = await h.outbox.enqueue({ id: "r", target, text: "reply", kind: "reply" });
+    const next = await h.outbox.enqueue({ id: "next", target, text: "next", kind: "reply" });
+    await waitsThenResumes(h, [], ["reply", "next"], [first.done, next.done]);
+  });
+
+  it("a chunk in doubt (the send failed after it may have arrived), whose skip is refused, is followed by the rest once the store writes again", async () => {
+    const h = await faulted("long", (r) => !!r.unknownChunks?.length);
+    h.adapter.failures.push(new PlatformError("telegram", "transport", "socket hang up", { outcomeUnknown: true }));
+    const first = await h.outbox.enqueue({ id: "long", target, text: long, kind: "reply" });
+    const next = await h.outbox.enqueue({ id: "next", target, text: "next", kind: "reply" });
+    await vi.waitFor(() => expect(h.fault.waits.length).toBeGreaterThan(0));
+    expect(h.adapter.sent.map((m) => m.text)).toEqual([]);
+    await h.fault.writable();
+    await vi.waitFor(() => {
+      h.fault.wakeAll();
+      expect(h.adapter.sent.map((m) => m.text)).toEqual(["b".repeat(40), "c".repeat(40), "next"]);
+    });
+    expect(await first.done).toMatchObject({ status: "sent", unknownChunks: [0] });
+    expect((await next.done).status).toBe("sent");
+  });
+
+  it("a send interrupted by a restart, whose resumed state is refused at the next start, is sent once the store writes again", async () => {
+    const earlier = await setup();
+    const record: OutboxRecord = { id: "r", target, kind: "reply", text: "reply", state: "sending", chunks: ["reply"], next: 0, attempted: 0, messageIds: [], attempts: 0, createdAt: Date.now(), updatedAt: Date.now() };
+    // Never reached the journal: the send had not started, so it is sent at the next start.
+    await earlier.kv.space<OutboxRecord>("outbox").set("r", record);
+    const fault = diskFillsAt("r", () => true);
+    await fault.open(earlier.stateDir);
+    const adapter = new RecordingAdapter("telegram", "default", 50);
+    const { outbox } = await setup({ stateDir: earlier.stateDir, adapter, clock: fault.clock, watchSpace: fault.watchSpace });
+    await vi.waitFor(() => expect(fault.waits.length).toBeGreaterThan(0));
+    expect(adapter.sent).toEqual([]);
+    await fault.writable();
+    await vi.waitFor(() => {
+      fault.wakeAll();
+      expect(outbox.get("r")?.state).toBe("sent");
+    });
+    expect(adapter.sent.map((m) => m.text)).toEqual(["reply"]);
   });
 });

@@ -56,6 +56,7 @@ describe("parseCommand", () => {
     ["the lines after /new go with its rest (the fresh session's first message)", "/new first\nsecond", { name: "new", rest: "first\nsecond" }],
     ["a bare /new with the question on the next line", "/new\r\nwhat is on today?", { name: "new", rest: "what is on today?" }],
     ["/reset keeps the following lines as they are", "/reset:\n  line one\nline two  ", { name: "reset", rest: "line one\nline two" }],
+    ["blank lines and spaces before /new: its following lines are still the rest, whole", " \n  /new\nwhat is on today?", { name: "new", rest: "what is on today?" }],
     ["glued suffix → not /new", "/newer", null],
   ])("/new and /reset take the rest of the line: %s", (_rule, text, expected) => {
     expect(parseCommand(text)).toEqual(expected);

@@ -301,6 +301,19 @@ describe("inbound router", () => {
     expect(h.app.sessions.get("agent:main:main")?.abortedLastRun).toBe(true);
   });
 
+  it("a run cut short by anything but /stop (its session deleted: sessions.delete) still tells the chat it was aborted: only /stop's own answer stands in for the notice", async () => {
+    const { h, telegram } = await boot();
+    const release = answerWhenReleased(h);
+    const group = { chatType: "group" as const, peerId: "-100510", to: "-100510", wasMentioned: true };
+    await h.app.router.accept(inbound({ ...group, text: "a long question" }));
+    await vi.waitFor(() => expect(h.app.runtime.counts().running).toBe(1));
+    const admin = await h.client();
+    await admin.request("sessions.delete", { key: "agent:main:telegram:group:-100510" });
+    await h.app.router.idle();
+    release();
+    await vi.waitFor(() => expect(telegram.textsTo("-100510")).toEqual(["⚠️ run aborted: session deleted"]));
+  });
+
   it("a message waiting behind its session's running turn when the session is deleted (sessions.delete) starts the chat's new session", async () => {
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
@@ -389,6 +402,21 @@ describe("inbound router", () => {
     // A message after the /stop is answered as ever.
     await h.app.router.accept(inbound({ senderId: OWNER, text: "third question" }));
     await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["⚙️ Stopped 1 run(s).", "echo: third question"]));
+  });
+
+  it("interfaces §5 a native /stop (a slash command) also stops the message waiting behind the run, up to the last one accepted before it", async () => {
+    const { h, telegram, release } = await secondQuestionWaiting();
+    const origin = { channel: "telegram", accountId: "default", chatType: "direct", peerId: OWNER, to: OWNER, senderId: OWNER, messageId: "native-stop", timestamp: Date.now() } as const;
+    expect(await h.app.router.nativeCommand({ origin, text: "/stop" })).toBe("⚙️ Stopped 1 run(s).");
+    release();
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(h.app.outbox.pending).toBe(0));
+    // The second question, the last message accepted before the /stop, is not run either.
+    expect(h.model.requests).toHaveLength(1);
+    expect(telegram.textsTo("1001")).toEqual([]);
+    // A message after the /stop is answered as ever.
+    await h.app.router.accept(inbound({ senderId: OWNER, text: "third question" }));
+    await vi.waitFor(() => expect(telegram.textsTo("1001")).toEqual(["echo: third question"]));
   });
 
   it("a duplicate platform message (same id) is processed once", async () => {

@@ -2,10 +2,14 @@
  * A cron tick missed while the daemon was down (or cut short by it dying) is run at start-up while
  * still nearly on time: within an hour, and within half the job's period.
  */
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { catchUp, type TickRecord } from "../../src/sources/cron-catch-up.js";
 import { CronScheduler } from "../../src/sources/cron.js";
+import { FakeModelServer } from "../fakes/model-server.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
 import { features, messagesOf, toolDriver } from "../helpers/tool-driver.js";
 
@@ -27,6 +31,7 @@ describe("catchUp (pure)", () => {
     ["several ticks missed: only the latest is run, once", rec("06:00:00"), T("09:00:00"), T("10:00:00"), T("09:10:00"), { run: T("09:00:00") }],
     ["a schedule with no previous occurrence: nothing to catch up", rec("06:00:00"), undefined, T("10:00:00"), T("09:10:00"), undefined],
     ["an unreadable recorded tick counts as missed", { tick: "garbage", done: true }, T("09:00:00"), T("10:00:00"), T("09:10:00"), { run: T("09:00:00") }],
+    ["a last occurrence with none after it (a one-off date) is run within the hour", rec("06:00:00"), T("09:00:00"), undefined, T("09:10:00"), { run: T("09:00:00") }],
   ];
   it.each(cases)("%s", (_name, record, previous, next, now, expected) => {
     expect(catchUp(record, previous, next, now.getTime())).toEqual(expected);
@@ -80,6 +85,37 @@ describe("cron: ticks missed while the daemon was down", () => {
       await vi.waitFor(async () => expect((await messagesOf(h!.app, "cron:cut")).some((m) => m.role === "assistant")).toBe(true), { timeout: 5000 });
     } finally {
       scheduler.stop();
+    }
+  });
+
+  it("a tick is recorded as started while its run goes; a run cut short by shutdown stays not done, so the next start runs the tick again", async () => {
+    const stateDir = mkdtempSync(path.join(os.tmpdir(), "sb-cron-cut-"));
+    // The first run is held until the daemon shuts down; the run after the restart is answered.
+    const answer = toolDriver();
+    const model = new FakeModelServer((req, index) => (index === 0 ? { content: "late", delayMs: 600_000 } : answer(req, index)));
+    const { job, due } = dailyJobDue("slow", 5);
+    const config = { cron: { jobs: [job] } };
+    try {
+      h = await startHarness({ stateDir, model, store: "sqlite", config });
+      features(h).cron.stop();
+      await h.app.kv.space<TickRecord>("cron").set("cron:slow", { tick: new Date(due.getTime() - 86_400_000).toISOString(), done: true });
+      const scheduler = new CronScheduler(h.app, pino({ level: "silent" }));
+      await scheduler.start();
+      await vi.waitFor(() => expect(model.requests).toHaveLength(1), { timeout: 5000 });
+      expect(await h.app.kv.space<TickRecord>("cron").get("cron:slow")).toEqual({ tick: due.toISOString(), done: false });
+      // Shutdown cuts the run short (drain's bound reached at once).
+      await h.app.runtime.drain(0);
+      scheduler.stop();
+      await h.stop({ keepState: true });
+      h = undefined;
+      h = await startHarness({ stateDir, model, store: "sqlite", config });
+      await vi.waitFor(async () => expect((await messagesOf(h!.app, "cron:slow")).some((m) => m.role === "assistant")).toBe(true), { timeout: 5000 });
+      await vi.waitFor(async () => expect(await h!.app.kv.space<TickRecord>("cron").get("cron:slow")).toEqual({ tick: due.toISOString(), done: true }), { timeout: 5000 });
+    } finally {
+      await h?.stop();
+      h = undefined;
+      await model.stop();
+      rmSync(stateDir, { recursive: true, force: true });
     }
   });
 

@@ -1,6 +1,7 @@
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { LOCK_FILE, lockStateDir, StateDirInUseError, type StateLock } from "../../src/store/state-lock.js";
 
@@ -37,6 +38,35 @@ describe("the state directory lock (one daemon per state)", () => {
     rmSync(path.join(dir, LOCK_FILE));
     // The holder notices by a watch on the file, not by polling: the file is back at once.
     await vi.waitFor(() => expect(existsSync(path.join(dir, LOCK_FILE))).toBe(true));
+    const second = await lockStateDir(dir).catch((err: unknown) => err);
+    if (!(second instanceof Error)) locks.push(second as StateLock);
+    expect(second).toBeInstanceOf(StateDirInUseError);
+    expect(second).toMatchObject({ holderPid: process.pid });
+  });
+
+  it("a clean-up that removes the pid file with the lock file: the lock taken again writes the pid again, so the refusal still names the holder", async () => {
+    const dir = stateDir();
+    locks.push(await lockStateDir(dir));
+    rmSync(path.join(dir, LOCK_FILE));
+    rmSync(path.join(dir, "switchboard.pid"));
+    // The pid is written after the lock is held again: once it is back, both are.
+    await vi.waitFor(() => expect(existsSync(path.join(dir, "switchboard.pid"))).toBe(true));
+    const second = await lockStateDir(dir).catch((err: unknown) => err);
+    if (!(second instanceof Error)) locks.push(second as StateLock);
+    expect(second).toBeInstanceOf(StateDirInUseError);
+    expect(second).toMatchObject({ holderPid: process.pid });
+  });
+
+  it("a lock file replaced while held (another file renamed over it, as rsync or a restore does) is taken again: a second daemon is still refused", async () => {
+    const dir = stateDir();
+    const lines: string[] = [];
+    const log = pino({ level: "warn" }, { write: (line: string) => void lines.push(line) });
+    locks.push(await lockStateDir(dir, { log }));
+    const replacement = path.join(dir, "replacement");
+    writeFileSync(replacement, "");
+    renameSync(replacement, path.join(dir, LOCK_FILE));
+    // The name never goes missing: only a new inode under it tells the holder its lock is on a file no longer there.
+    await vi.waitFor(() => expect(lines.join("")).toMatch(/taken again/));
     const second = await lockStateDir(dir).catch((err: unknown) => err);
     if (!(second instanceof Error)) locks.push(second as StateLock);
     expect(second).toBeInstanceOf(StateDirInUseError);

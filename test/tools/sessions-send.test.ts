@@ -173,6 +173,28 @@ describe("sessions_send: the primary run", () => {
     await settle(h!);
   });
 
+  it("R14 a wait that ended leaves no trace: the former target may then send to its requester and wait for the answer", async () => {
+    await boot();
+    script = (_req, step) => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    expect(await send({ sessionKey: TGT, message: "first", timeoutSeconds: 600 })).toMatchObject({ status: "ok", sessionKey: TGT });
+    await settle(h!);
+    const { result } = await callViaTelegram(h!, { peerId: "-100tgt" }, "sessions_send", { sessionKey: REQ, message: "and back", timeoutSeconds: 600 });
+    expect(result).toMatchObject({ status: "ok", sessionKey: REQ, reply: "echo: and back" });
+    await settle(h!);
+  });
+
+  it("R14 a target may still message its waiting requester with timeoutSeconds 0, as the refusal suggests: accepted, and run once the requester's turn ends", async () => {
+    await boot();
+    script = (req, step) => {
+      if (step === "a2a-message" && sessionOf(req) === TGT && req.messages.at(-1)?.role !== "tool") return { toolCalls: [{ name: "sessions_send", arguments: { sessionKey: REQ, message: "fyi: on it", timeoutSeconds: 0 } }] };
+      return step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined;
+    };
+    expect(await send({ sessionKey: TGT, message: "fix the bug", timeoutSeconds: 600 })).toMatchObject({ status: "ok", reply: "done", sessionKey: TGT });
+    expect(await lastToolResult(h!.app, TGT)).toMatchObject({ status: "accepted", sessionKey: REQ });
+    await settle(h!);
+    expect(stepRequests("a2a-message").map(sessionOf)).toEqual([TGT, REQ]);
+  });
+
   it("a label two sessions share is ambiguous: an error naming both, and no run starts", async () => {
     await boot();
     // The gateway keeps labels unique; a store written otherwise (older data, a manual edit) may not.
@@ -328,6 +350,36 @@ describe("sessions_send: reply-back loop and announce", () => {
     expect(stepRequests("a2a-reply").map(sessionOf)).toEqual([REQ]);
     expect(stepRequests("a2a-announce")).toHaveLength(0);
     expect(telegram.textsTo("-100tgt")).toEqual([]);
+  });
+
+  it("R21 R22 a session deleted during the last ping-pong turn gets no announce step: the announce would bring it back", async () => {
+    await boot({ session: { agentToAgent: { maxPingPongTurns: 1 } } });
+    const release = holdStep("a2a-reply", "over to you", (step) => (step === "a2a-announce" ? { content: "must not be posted" } : undefined));
+    const result = await send({ sessionKey: TGT, message: "hello target", timeoutSeconds: 5 });
+    await vi.waitFor(() => expect(h!.app.runtime.get(`${result.runId}:reply:1`)?.status).toBe("running"));
+    const admin = await h!.client();
+    await admin.request("sessions.delete", { key: TGT });
+    release();
+    await settle(h!);
+    expect(h!.app.sessions.get(TGT)).toBeUndefined();
+    expect(stepRequests("a2a-announce")).toHaveLength(0);
+    expect(telegram.textsTo("-100tgt")).toEqual([]);
+  });
+
+  it("R21 R22 the requester's session deleted while the ping-pong runs ends it too: no later step brings it back", async () => {
+    await boot();
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    // Turn 2 runs on the target: held there while the requester's session is deleted.
+    script = async (req, step) => (step === "a2a-reply" ? (sessionOf(req) === TGT ? released.then(() => ({ content: "your turn" })) : { content: "over to you" }) : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+    const result = await send({ sessionKey: TGT, message: "hello target", timeoutSeconds: 5 });
+    await vi.waitFor(() => expect(h!.app.runtime.get(`${result.runId}:reply:2`)?.status).toBe("running"));
+    const admin = await h!.client();
+    await admin.request("sessions.delete", { key: REQ });
+    release();
+    await settle(h!);
+    expect(h!.app.sessions.get(REQ)).toBeUndefined();
+    expect(stepRequests("a2a-reply").map(sessionOf)).toEqual([REQ, TGT]);
   });
 
   it("R20 every reply-back step is persisted as an inter_session message from the other side", async () => {
