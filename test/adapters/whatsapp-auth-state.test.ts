@@ -1,6 +1,6 @@
 import * as baileys from "@whiskeysockets/baileys";
 import type { AuthenticationState, UserFacingSocketConfig, WAVersion } from "@whiskeysockets/baileys";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readlinkSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -14,6 +14,19 @@ import { FakeWhatsApp, memoryKv } from "../fakes/whatsapp-socket.js";
 import { startHarness } from "../helpers/harness.js";
 import { openStoreDb } from "../helpers/store-db.js";
 import { openKvStore } from "../../src/store/kv.js";
+import { openAuthDir } from "../../src/store/adapter-kv.js";
+
+/** Files under `dir` this process holds open (Linux: /proc/self/fd). */
+function openFilesUnder(dir: string): string[] {
+  return readdirSync("/proc/self/fd").flatMap((fd) => {
+    try {
+      const target = readlinkSync(`/proc/self/fd/${fd}`);
+      return target.startsWith(`${dir}/`) ? [target] : [];
+    } catch {
+      return [];
+    }
+  });
+}
 
 const log = pino({ level: "silent" });
 
@@ -198,6 +211,8 @@ describe("production socket factory across adapter restarts", () => {
         await shared.close();
       }
       await first.stop();
+      // Stopped, the daemon holds no file of the login open: it can be backed up, moved or deleted.
+      expect(openFilesUnder(authDir)).toEqual([]);
 
       const second = await daemon();
       try {
@@ -253,6 +268,21 @@ describe("production socket factory across adapter restarts", () => {
       }
     } finally {
       rmSync(stateDir, { recursive: true, force: true });
+    }
+  });
+
+  it("interfaces §2 a login that cannot be moved into channels.whatsapp.authDir fails naming that file, and leaves no file of it open", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "sb-wa-move-"));
+    try {
+      // The earlier store, unreadable (here: closed), as a store that fails mid-move would be.
+      const shared = await openKvStore(`sqlite://${path.join(dir, "shared.sqlite")}`, dir);
+      const legacy = shared.space<unknown>("adapter:whatsapp:default");
+      await shared.close();
+      const authDir = path.join(dir, "auth");
+      await expect(openAuthDir(authDir, legacy)).rejects.toThrow(`cannot move the WhatsApp login into ${path.join(authDir, "auth.sqlite")}`);
+      expect(openFilesUnder(authDir)).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -58,6 +58,7 @@ describe("config", () => {
     [{ cron: { jobs: [{ id: "daily", schedule: "every day at 9", message: "m" }] } }, /^cron\.jobs\.0\.schedule: not a cron schedule \("every day at 9"\): .*five, six, or seven/],
     [{ cron: { jobs: [{ id: "daily", schedule: "61 9 * * *", message: "m" }] } }, /^cron\.jobs\.0\.schedule: not a cron schedule \("61 9 \* \* \*"\): .*minute/],
     [{ cron: { jobs: [{ id: "daily", schedule: "0 9 * * *", timezone: "Mars/Olympus", message: "m" }] } }, /^cron\.jobs\.0\.timezone: unknown time zone "Mars\/Olympus": use an IANA name such as "Europe\/Berlin"$/],
+    [{ cron: { jobs: [{ id: "feb30", schedule: "0 9 30 2 *", message: "m" }] } }, /^cron\.jobs\.0\.schedule: the cron schedule "0 9 30 2 \*" never comes \(no date matches it\)$/],
     [{ cron: { jobs: [{ id: "daily", schedule: "0 9 * * *", agentId: "ghost", message: "m" }] } }, /^cron\.jobs\.0\.agentId: no agent "ghost" in agents\.list \(main\)$/],
   ])("interfaces §2 a cron job that could never run is a config error, not a job skipped at start: %j", (raw, expected) => {
     expect(problems(raw)).toEqual([expect.stringMatching(expected)]);
@@ -88,6 +89,8 @@ describe("config", () => {
     [{ commands: { owners: ["discord:alice#1234"] } }, 'commands.owners.0: "discord:alice#1234": a Discord owner is the numeric user id ("discord:998877", Developer Mode → Copy User ID)'],
     [{ commands: { owners: ["whatsapp:15551234567"] } }, 'commands.owners.0: "whatsapp:15551234567": a WhatsApp owner is the number in E.164 with its + ("whatsapp:+15551234567")'],
     [{ commands: { owners: ["telegram: 123456"] } }, 'commands.owners.0: "telegram: 123456": a Telegram owner is the numeric user id ("telegram:123456", e.g. from @userinfobot), not a username'],
+    [{ commands: { owners: ["telegram:123456abc"] } }, 'commands.owners.0: "telegram:123456abc": a Telegram owner is the numeric user id ("telegram:123456", e.g. from @userinfobot), not a username'],
+    [{ commands: { owners: ["whatsapp:+1"] } }, 'commands.owners.0: "whatsapp:+1": a WhatsApp owner is the number in E.164 with its + ("whatsapp:+15551234567")'],
     [{ channels: { telegram: { owners: ["discord:998877"] } } }, 'channels.telegram.owners.0: "discord:998877" is a discord owner: channels.telegram.owners lists telegram owners (put it in commands.owners or channels.discord.owners)'],
   ])("interfaces §2 §5 an owner entry that could never match its platform's sender id is a config error: %j", (raw, expected) => {
     expect(problems(raw)).toEqual([expected]);
@@ -96,7 +99,7 @@ describe("config", () => {
   it("interfaces §2 owner entries as the platforms give sender ids are valid", () => {
     expect(
       problems({
-        commands: { owners: ["telegram:123456", "discord:998877665544332211", "whatsapp:+15551234567", "whatsapp:90000000000001@lid", "webchat:operator"] },
+        commands: { owners: ["telegram:123456", "discord:998877665544332211", "whatsapp:+15551234567", "whatsapp:90000000000001@lid", "whatsapp:90000000000002@hosted.lid", "webchat:operator"] },
         channels: { telegram: { owners: ["telegram:42"] }, whatsapp: { owners: ["whatsapp:+4915112345678"] } },
       }),
     ).toEqual([]);

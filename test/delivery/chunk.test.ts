@@ -47,6 +47,8 @@ describe("chunkText", () => {
     // No-break spaces keep a number with its unit, a French "?" with its sentence.
     ["a no-break space is not a place to break", "Il faut 10\u00a0km", 12, ["Il faut", "10\u00a0km"]],
     ["a narrow no-break space is not either", "Oui vraiment\u202f?", 13, ["Oui", "vraiment\u202f?"]],
+    ["a figure space (digit groups) is not either", "Total 1\u2007000", 10, ["Total", "1\u2007000"]],
+    ["a zero-width no-break space is not either", "aaaa b\ufeffc", 7, ["aaaa", "b\ufeffc"]],
     ["whitespace around a break is trimmed", "aaa   \n\n   bbb", 5, ["aaa", "bbb"]],
     ["CRLF line endings count as one newline", "aaa\r\nbbb", 5, ["aaa", "bbb"]],
     // Sent as is, a bare CR shows as nothing (or a glyph) on most platforms, and hides fence lines.

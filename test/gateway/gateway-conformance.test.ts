@@ -177,4 +177,15 @@ describe("interfaces §3 agent delivery", () => {
     expect(telegram.textsTo("-2")).toEqual(["echo: hello group", "echo: for the group"]);
     expect(discord.sent).toEqual([]);
   });
+
+  it("interfaces §3 agent with deliver and a `to` on the session's own channel goes out through the session's bot account, not the channel's default one", async () => {
+    const main = new RecordingAdapter("telegram");
+    const work = new RecordingAdapter("telegram", "work");
+    h = await startHarness({ adapters: [main, work] });
+    await h.app.sessions.upsert("agent:main:telegram:group:-2", "main", { deliveryContext: { channel: "telegram", to: "-2", accountId: "work" } });
+    const c = await h.client();
+    await c.request("agent", { message: "report", sessionKey: "agent:main:telegram:group:-2", deliver: true, to: "-9", idempotencyKey: "via-work" }, { expectFinal: true });
+    await vi.waitFor(() => expect(work.textsTo("-9")).toEqual(["echo: report"]));
+    expect(main.sent).toEqual([]);
+  });
 });

@@ -992,6 +992,32 @@ describe("gateway sessions methods", () => {
     expect(h.app.sessions.require("agent:main:subagent:kid").spawnedBy).toBe("agent:main:main");
   });
 
+  it("chat.send to a name that is neither a session key nor a sessionId starts that session, as a key would (the web chat's session box)", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    expect(await c.request("chat.send", { sessionKey: "work", message: "hello work", idempotencyKey: "work-1" })).toMatchObject({ runId: "work-1", status: "started" });
+    expect(await c.request("agent.wait", { runId: "work-1", timeoutMs: 10_000 })).toMatchObject({ status: "ok" });
+    // The session named "work", as chat.send to a key names it; not the main session.
+    expect(h.app.sessions.list({}).map((e) => e.key)).toEqual([h.app.canonicalKey("work")]);
+    // A sessionId still names its session (R12), not a new one called by the id.
+    const { sessionId } = h.app.sessions.require(h.app.canonicalKey("work"));
+    await c.request("chat.send", { sessionKey: sessionId, message: "by id", idempotencyKey: "work-2" });
+    expect(await c.request("agent.wait", { runId: "work-2", timeoutMs: 10_000 })).toMatchObject({ status: "ok" });
+    expect(h.app.sessions.list({}).map((e) => e.key)).toEqual([h.app.canonicalKey("work")]);
+  });
+
+  it("R42 agent with spawnedBy on a session that is not a sub-agent's is refused, before any run or session", async () => {
+    h = await startHarness();
+    const c = await h.client();
+    await expect(c.request("agent", { message: "hi", sessionKey: "agent:main:telegram:group:-1", spawnedBy: "main", idempotencyKey: "not-sub" })).rejects.toMatchObject({ code: "INVALID_REQUEST", message: expect.stringMatching(/^spawnedBy is only for sub-agent sessions/) });
+    expect(h.app.sessions.get("agent:main:telegram:group:-1")).toBeUndefined();
+    expect(h.app.runtime.get("not-sub")).toBeUndefined();
+    expect(h.model.requests).toHaveLength(0);
+    // A sub-agent key may carry one.
+    await c.request("agent", { message: "hi", sessionKey: "agent:main:subagent:kid", spawnedBy: "main", idempotencyKey: "sub" }, { expectFinal: true });
+    expect(h.app.sessions.require("agent:main:subagent:kid").spawnedBy).toBe("agent:main:main");
+  });
+
   it("sessions.reset and chat.history of a session that does not exist are NOT_FOUND and create nothing", async () => {
     h = await startHarness();
     const c = await h.client();
@@ -1218,5 +1244,54 @@ describe("gateway connections that close", () => {
     // A client that stays still gets its answer.
     const c = await h.client();
     expect(await c.request("agent.wait", { runId: "never", timeoutMs: 20 })).toEqual({ runId: "never", status: "timeout", unknown: true });
+  });
+
+  it.each([
+    ["agent", "operator"],
+    ["node.event", "node"],
+  ] as const)("a repeated %s (its run still going) whose client disconnected leaves no run listener behind", async (method, role) => {
+    const g = gate();
+    h = await startHarness({ store: "memory", responder: async () => (await g.opened, { content: "late" }) });
+    try {
+      const first = await h.client(role === "node" ? { role: "node", nodeId: "n1" } : {});
+      expect(await first.request(method, { message: "go", idempotencyKey: "held" })).toMatchObject({ status: "accepted" });
+      const { events } = h.app.runtime;
+      const baseline = events.listenerCount("run");
+      for (let i = 0; i < 5; i++) {
+        const s = await rawSocket(h.url);
+        await s.next();
+        s.ws.send(operatorConnect({ auth: {}, ...(role === "node" ? { role: "node", nodeId: "n1", scopes: [] } : {}) }));
+        expect(await s.next()).toMatchObject({ id: "c", ok: true });
+        // The repeat answers from the run already going (accepted), then would wait for its end.
+        s.ws.send(JSON.stringify({ type: "req", id: "r", method, params: { message: "go", idempotencyKey: "held" } }));
+        expect(await s.next()).toMatchObject({ id: "r", ok: true, payload: { status: "accepted" } });
+        s.ws.close();
+        await s.closed;
+      }
+      await vi.waitFor(() => expect(events.listenerCount("run")).toBe(baseline), { timeout: 5000, interval: 20 });
+    } finally {
+      g.release();
+    }
+  });
+
+  it("one connection may wait on more than ten runs at once without a listener-leak warning", async () => {
+    h = await startHarness({ store: "memory" });
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on("warning", onWarning);
+    try {
+      const s = await connectedSocket(h.url);
+      for (let i = 0; i < 12; i++) s.ws.send(JSON.stringify({ type: "req", id: `w${i}`, method: "agent.wait", params: { runId: `never-${i}`, timeoutMs: 24 * 3600_000 } }));
+      s.ws.send(JSON.stringify({ type: "req", id: "h", method: "health", params: {} }));
+      expect(await s.next()).toMatchObject({ id: "h", ok: true });
+      // process.emitWarning reports on a later tick: one more round trip lets it through.
+      s.ws.send(JSON.stringify({ type: "req", id: "h2", method: "health", params: {} }));
+      expect(await s.next()).toMatchObject({ id: "h2", ok: true });
+      expect(warnings).not.toContain("MaxListenersExceededWarning");
+      s.ws.close();
+      await s.closed;
+    } finally {
+      process.off("warning", onWarning);
+    }
   });
 });

@@ -63,6 +63,18 @@ describe("transcripts (append-only JSONL)", () => {
     expect(most.map((m) => (m.content as string).split(" ")[0])).toEqual(Array.from({ length: 2500 }, (_, i) => `m${i + 500}`));
   });
 
+  it("R11 a message's parent is the message before it, not a delivery record between them, in this store and in a fresh one alike", async () => {
+    const t = store();
+    const r = ref();
+    const first = await t.appendMessage(r, user("question", 1));
+    await t.appendDelivery(r, { status: "sent", outboxId: "o1", channel: "telegram", to: "1" });
+    const second = await t.appendMessage(r, user("answer", 2));
+    await t.appendDelivery(r, { status: "sent", outboxId: "o2", channel: "telegram", to: "1" });
+    await store().appendMessage(r, user("later", 3));
+    const lines = (await store().readLines(r.path)).filter((l) => l.type === "message");
+    expect(lines.map((l) => l.type === "message" && l.parentId)).toEqual([null, first, second]);
+  });
+
   it("a torn last line (killed mid-write) is skipped and fenced off before the next append", async () => {
     const t = store();
     const r = ref();
@@ -74,8 +86,12 @@ describe("transcripts (append-only JSONL)", () => {
     expect((await fresh.readMessages(r.path, 5)).length).toBe(2);
   });
 
-  it("a line cut short by a full disk (a short write, then the error) is fenced off by the same store: the next line, once there is room, reads back whole and follows the last whole one", async () => {
+  it.each([
+    ["synchronous", true],
+    ["asynchronous", false],
+  ])("a line cut short by a full disk (a short write, then the error) is fenced off by the same store (%s writes): the next line, once there is room, reads back whole and follows the last whole one", async (_mode, syncWrites) => {
     const t = store();
+    t.syncWrites = syncWrites;
     const r = ref();
     const before = await t.appendMessage(r, user("before", 1));
     // The file may grow by 20 bytes more: the next line is cut there, as on a disk that fills mid-write.
@@ -274,6 +290,8 @@ describe("transcripts in a daemon that runs for months", () => {
     const refs = Array.from({ length: 5000 }, (_, i) => ({ path: path.join(dir, `s${i}.jsonl`), sessionId: `s${i}`, key: `agent:main:s${i}` }));
     const firstIds: string[] = [];
     for (let i = 0; i < refs.length; i += 100) firstIds.push(...(await Promise.all(refs.slice(i, i + 100).map((r) => t.appendMessage(r, user("hi"))))));
+    // More files than the store keeps: the first ones were forgotten, or this would test nothing.
+    expect(MAX_KNOWN_FILES).toBeLessThan(refs.length);
     expect(t.knownFiles).toBeLessThanOrEqual(MAX_KNOWN_FILES);
 
     // The first session speaks again, long after the store forgot it.

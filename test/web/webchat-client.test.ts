@@ -410,6 +410,32 @@ it("a message too large for the gateway is refused with an error, and the page s
   expect(relay!.connections).toBe(1);
 });
 
+it("a message too large for the gateway counts in bytes, as the gateway does: text of many-byte characters is refused by the page, not sent", async () => {
+  const p = await page({ config: { gateway: { maxPayload: 4096 } } });
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  // 2,000 characters, 6,000 bytes in UTF-8: over maxPayload though its length is not.
+  const text = "€".repeat(2000);
+  await p.view.send(text);
+  expect(p.shown()).toEqual([`user: ${text}`, expect.stringMatching(/^error: message too large: \d+ bytes \(the gateway takes at most 4096\)$/)]);
+  expect(relay!.connections).toBe(1);
+});
+
+it("a message far too large, typed while the gateway was unreachable, is refused on the reconnect instead of sent: it cannot close every connection that follows", async () => {
+  const p = await page({ config: { gateway: { maxPayload: 4096 } } });
+  conn!.start();
+  await vi.waitFor(() => expect(p.state.reloads).toBe(1));
+  relay!.down();
+  await vi.waitFor(() => expect(conn!.connected).toBe(false));
+  // Over four times maxPayload: a frame the gateway's socket would close the connection for.
+  void p.view.send("x".repeat(20_000));
+  relay!.up();
+  await vi.waitFor(() => expect(p.shown()).toEqual([`user: ${"x".repeat(20_000)}`, expect.stringMatching(/^error: message too large/)]), { timeout: 5000 });
+  await p.view.send("short");
+  await vi.waitFor(() => expect(p.shown().slice(-2)).toEqual(["user: short", "assistant: echo: short"]));
+  expect(relay!.connections).toBe(2);
+});
+
 it("a run that timed out while the page was away shows its error after the reconnect: no placeholder left waiting", async () => {
   let release!: () => void;
   const gate = new Promise<void>((resolve) => (release = resolve));
