@@ -339,14 +339,7 @@ describe("sessions_send: reply-back loop and announce", () => {
 
   it("R21 R22 a session deleted (sessions.delete) while the ping-pong runs is not brought back by a later step: the loop and the announce stop there", async () => {
     await boot();
-    const release = holdStep("a2a-reply", "over to you", (step) => (step === "a2a-announce" ? { content: "must not be posted" } : undefined));
-    const result = await send({ sessionKey: TGT, message: "hello target", timeoutSeconds: 5 });
-    await vi.waitFor(() => expect(h!.app.runtime.get(`${result.runId}:reply:1`)?.status).toBe("running"));
-    const admin = await h!.client();
-    await admin.request("sessions.delete", { key: TGT });
-    release();
-    await settle(h!);
-    expect(h!.app.sessions.get(TGT)).toBeUndefined();
+    await deleteTargetDuringFirstReply();
     expect(stepRequests("a2a-reply").map(sessionOf)).toEqual([REQ]);
     expect(stepRequests("a2a-announce")).toHaveLength(0);
     expect(telegram.textsTo("-100tgt")).toEqual([]);
@@ -354,14 +347,7 @@ describe("sessions_send: reply-back loop and announce", () => {
 
   it("R21 R22 a session deleted during the last ping-pong turn gets no announce step: the announce would bring it back", async () => {
     await boot({ session: { agentToAgent: { maxPingPongTurns: 1 } } });
-    const release = holdStep("a2a-reply", "over to you", (step) => (step === "a2a-announce" ? { content: "must not be posted" } : undefined));
-    const result = await send({ sessionKey: TGT, message: "hello target", timeoutSeconds: 5 });
-    await vi.waitFor(() => expect(h!.app.runtime.get(`${result.runId}:reply:1`)?.status).toBe("running"));
-    const admin = await h!.client();
-    await admin.request("sessions.delete", { key: TGT });
-    release();
-    await settle(h!);
-    expect(h!.app.sessions.get(TGT)).toBeUndefined();
+    await deleteTargetDuringFirstReply();
     expect(stepRequests("a2a-announce")).toHaveLength(0);
     expect(telegram.textsTo("-100tgt")).toEqual([]);
   });
@@ -584,3 +570,18 @@ describe("sessions_send across agents (tools.agentToAgent)", () => {
     expect(await send({ sessionKey: "agent:beta:main", message: "hi beta" })).toEqual({ status: "forbidden", error: "Agent-to-agent messaging denied by tools.agentToAgent.allow." });
   });
 });
+
+/**
+ * sessions_send to TGT, whose first ping-pong reply is held while TGT is deleted; then the flow
+ * goes on. An announce step, if one ran, would answer "must not be posted".
+ */
+async function deleteTargetDuringFirstReply(): Promise<void> {
+  const release = holdStep("a2a-reply", "over to you", (step) => (step === "a2a-announce" ? { content: "must not be posted" } : undefined));
+  const result = await send({ sessionKey: TGT, message: "hello target", timeoutSeconds: 5 });
+  await vi.waitFor(() => expect(h!.app.runtime.get(`${result.runId}:reply:1`)?.status).toBe("running"));
+  const admin = await h!.client();
+  await admin.request("sessions.delete", { key: TGT });
+  release();
+  await settle(h!);
+  expect(h!.app.sessions.get(TGT)).toBeUndefined();
+}
