@@ -291,6 +291,20 @@ describe("discord adapter: inbound mapping", () => {
     });
   });
 
+  it("a guild channel's and a thread's later messages map as their first did: only DM channels are dropped from discord.js's cache", async () => {
+    const h = await started();
+    for (const n of [1, 2, 3]) {
+      h.fake.injectMessage({ channelId: h.fake.ids.thread, content: `thread ${n}` });
+      h.fake.injectMessage({ channelId: h.fake.ids.general, content: `general ${n}` });
+    }
+    await vi.waitFor(() => expect(h.inbound).toHaveLength(6), waitOpts);
+    const thread = h.inbound.filter((m) => m.peerId === h.fake.ids.thread);
+    const general = h.inbound.filter((m) => m.peerId === h.fake.ids.general);
+    expect(thread.map((m) => [m.chatType, m.parentPeerId, m.groupName])).toEqual(Array(3).fill(["channel", h.fake.ids.general, "#design-thread"]));
+    expect(general.map((m) => [m.chatType, m.groupName])).toEqual(Array(3).fill(["channel", general[0].groupName]));
+    expect(general[0].groupName).toEqual(expect.any(String));
+  });
+
   it("gives a thread its own peer linked to the parent channel, including threads created after login", async () => {
     const h = await started();
     h.fake.injectMessage({ channelId: h.fake.ids.thread, content: "in the thread" });

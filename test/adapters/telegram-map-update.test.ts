@@ -138,6 +138,18 @@ describe("telegram mapUpdate: commands addressed to bots", () => {
     expect(mapped(upd(msg(group, { text: "Bot /send off", entities: [{ type: "text_mention", offset: 0, length: 3, user: { id: BOT.id, is_bot: true, first_name: "Bot" } }] }))).text).toBe("/send off");
   });
 
+  it("D3 only a mention of us that leads is addressing: one later in the text, one alone, or one in a forward stays as typed", () => {
+    const text = (t: string, extra: Partial<TgMessage> = {}) => mapped(upd(msg(group, { text: t, entities: mention(t, "@SwitchboardTestBot"), ...extra }))).text;
+    expect(text("hello @SwitchboardTestBot /status")).toBe("hello @SwitchboardTestBot /status");
+    expect(text("@SwitchboardTestBot")).toBe("@SwitchboardTestBot");
+    expect(text("@SwitchboardTestBot /send off", { forward_origin: { type: "user", date: 1, sender_user: alice } })).toBe("@SwitchboardTestBot /send off");
+  });
+
+  it("D3 C4 a leading mention of us before another bot's command: that command is still another bot's, ignored", () => {
+    const t = "@SwitchboardTestBot /stop@OtherBot";
+    expect(mapUpdate(upd(msg(group, { text: t, entities: mention(t, "@SwitchboardTestBot") })), BOT, "default")).toEqual({ kind: "ignore", reason: "other_bot_command" });
+  });
+
   it("C4 a command for another bot is left as is by normalizeCommand, and the message is not ours: ignored (text or caption)", () => {
     expect(normalizeCommand("/send@OtherBot off", BOT.username)).toEqual({ text: "/send@OtherBot off", addressedToUs: false });
     // C7: a longer bot name that starts with ours is another bot.

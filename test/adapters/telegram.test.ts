@@ -480,6 +480,29 @@ describe("telegram adapter: polling errors", () => {
     expect(conflicts().slice(1).every((l) => l.msg === "telegram polling error (repeated)" && l.level === 20)).toBe(true);
   });
 
+  it("two pollers fighting over one token: the warning a minute later says how many retries were held back since the last", async () => {
+    const api = await newApi();
+    const lines: Array<Record<string, unknown>> = [];
+    // The clock the warnings' window reads stands still until the test moves it a minute on.
+    vi.useFakeTimers({ toFake: ["Date"] });
+    try {
+      await boot({ api, log: pino({ level: "debug" }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) }) });
+      await boot({ api, kv: new MemoryKv() });
+      const conflicts = () => lines.filter((l) => String(l.err).startsWith("poll: 409"));
+      const warnings = () => conflicts().filter((l) => l.msg === "telegram polling error");
+      await vi.waitFor(() => expect(conflicts().length).toBeGreaterThanOrEqual(3), { timeout: 10_000 });
+      expect(warnings()).toHaveLength(1);
+      vi.setSystemTime(Date.now() + 61_000);
+      await vi.waitFor(() => expect(warnings()).toHaveLength(2), { timeout: 10_000 });
+      const held = conflicts().indexOf(warnings()[1]) - 1;
+      expect(held).toBeGreaterThanOrEqual(2);
+      expect(warnings()[0]).not.toHaveProperty("repeatedSinceLastWarning");
+      expect(warnings()[1]).toMatchObject({ level: 40, repeatedSinceLastWarning: held });
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   it("R2 a 429 on getUpdates waits retry_after seconds before polling again", async () => {
     const api = await newApi();
     api.failNext("getUpdates", errors.tooManyRequests(1));

@@ -145,6 +145,16 @@ describe("mapInbound edge cases", () => {
     expect((await mapInbound(group, ctx))?.text).toBe(out);
   });
 
+  it.each<[string, string, boolean, string]>([
+    ["a message that is only our mention keeps it", "@15550000001", false, "@15550000001"],
+    ["our mention later in the text is content", "hello @15550000001 /status", false, "hello @15550000001 /status"],
+    ["a forward that starts with our mention relays it as typed", "@15550000001 /send off", true, "@15550000001 /send off"],
+  ])("D3 only a leading mention of us is addressing: %s", async (_name, text, isForwarded, out) => {
+    const contextInfo = { mentionedJid: ["15550000001@s.whatsapp.net"], ...(isForwarded ? { isForwarded } : {}) };
+    const group = dm({ key: { remoteJid: "120363000000000001@g.us", id: "G7", fromMe: false, participant: "15551234567@s.whatsapp.net" }, message: { extendedTextMessage: { text, contextInfo } } });
+    expect((await mapInbound(group, ctx))?.text).toBe(out);
+  });
+
   it("a DM quoting one of our message ids counts as a mention", async () => {
     const reply = await mapInbound(dm({ message: { extendedTextMessage: { text: "yes", contextInfo: { stanzaId: "OURS" } } } }), ctx);
     expect(reply?.wasMentioned).toBe(true);

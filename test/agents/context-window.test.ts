@@ -17,6 +17,10 @@ describe("fitToContextWindow (interfaces §2 models[].contextWindow)", () => {
     ["the tokens of the system prompt and tools count against the window", turns, 2_400, 1_000, turns.slice(5)],
     ["the message being answered is kept even when it alone is too long", [user(kb("a")), user(kb("z"))], 10, 0, [user(kb("z"))]],
     ["a window that starts mid-turn and fits is left as it is", turns.slice(1), 100_000, 0, turns.slice(1)],
+    // A model turn in a tool loop: the user message that began it is kept with its call and result.
+    ["a turn that does not fit even alone is kept from its user message, not from its last tool result", [user(kb("a")), user("q"), call("1"), result("1", kb("d"))], 10, 0, [user("q"), call("1"), result("1", kb("d"))]],
+    // 200 messages of one token's text each: with the framing of each (role, separators) they do not all fit.
+    ["each message's framing counts, not only its text", Array.from({ length: 200 }, () => user("hi")), 400, 0, Array.from({ length: 60 }, () => user("hi"))],
   ])("%s", (_rule, history, contextWindow, fixed, expected) => {
     expect(fitToContextWindow(history, contextWindow, fixed)).toEqual(expected);
   });

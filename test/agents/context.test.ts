@@ -40,6 +40,19 @@ describe("model context", () => {
     ]);
   });
 
+  it("a call whose results never came (a run cut short) does not take the next run's turn with it: that run's results still follow right after their own call", () => {
+    const out = build([user("q"), call("a"), user("next"), call("b"), user("during b"), result("b"), user("end")]);
+    expect(out.slice(1).map((m) => (m.role === "tool" ? `tool ${m.tool_call_id}` : m.role === "assistant" ? (m.tool_calls?.length ? `call ${m.tool_calls.map((c) => c.id).join(",")}` : "text") : m.content))).toEqual([
+      "q",
+      "text",
+      "next",
+      "call b",
+      "tool b",
+      "during b",
+      "end",
+    ]);
+  });
+
   it("messages recorded while a run waited on its tools (between a call and its results) come after the results: the provider takes results only right after their call", () => {
     const out = build([user("q"), call("a", "b"), user("said meanwhile"), result("a"), user("and more"), result("b"), call("c"), user("during c"), result("c"), user("next")]);
     expect(out.slice(1).map((m) => (m.role === "tool" ? `tool ${m.tool_call_id}` : m.role === "assistant" ? `call ${m.tool_calls?.map((c) => c.id).join(",")}` : m.content))).toEqual([

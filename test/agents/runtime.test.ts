@@ -231,6 +231,31 @@ describe("agent runtime and the model's context window", () => {
     }
   });
 
+  it("interfaces §2 models[].contextWindow: the system prompt counts against the window too, so a long one leaves less history and the request still fits", async () => {
+    const small = new FakeModelServer(withContextWindow(24_000));
+    const baseUrl = await small.start();
+    try {
+      h = await startHarness({
+        config: {
+          models: { providers: { small: { baseUrl, models: [{ id: "m", contextWindow: 6_000 }] } } },
+          agents: { defaults: { model: "small/m" }, list: [{ id: "main", default: true, systemPrompt: `Be brief. ${"s".repeat(12_000)}` }] },
+        },
+      });
+      const entry = await h.app.sessions.upsert(MAIN, "main");
+      const ref = { path: h.app.sessions.transcriptPath(entry), sessionId: entry.sessionId, key: entry.key };
+      for (let i = 0; i < 40; i++) await h.app.transcripts.appendMessage(ref, { role: "user", content: `old ${i} ${"x".repeat(1_000)}`, timestamp: i });
+      expect(await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "new question" }).done).toMatchObject({ status: "ok", reply: "echo: new question" });
+      // Fitted before it was sent: no request over the window, no retry with less.
+      expect(small.requests).toHaveLength(1);
+      expect(textSize(small.requests[0])).toBeLessThanOrEqual(24_000);
+      expect(small.requests[0].messages.at(-1)).toEqual({ role: "user", content: "new question" });
+    } finally {
+      await h?.stop();
+      h = undefined;
+      await small.stop();
+    }
+  });
+
   it("a single message too long for the context window fails with a reply saying so, and the chat's next message is answered", async () => {
     h = await startHarness({ responder: withContextWindow(8_000) });
     await h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "hello" }).done;

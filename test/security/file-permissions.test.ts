@@ -39,7 +39,11 @@ describe("state files on disk", () => {
     cleanups.push(() => model.stop());
     const stateDir = path.join(dir, "data");
     const config = writeConfig(dir, { stateDir, log: { level: "info" }, gateway: { port: 0 }, models: { providers: { fake: { baseUrl, models: [{ id: "m" }] } } }, agents: { defaults: { model: "fake/m" } } });
+    // Started under the usual umask 022 whatever this test's environment has, or a daemon that
+    // relied on a strict inherited umask would pass here and write world-readable files elsewhere.
+    const umask = process.umask(0o022);
     const daemon = spawnDaemon(config);
+    process.umask(umask);
     cleanups.push(() => daemon.kill("SIGKILL"));
     const { port } = await daemon.listening;
 

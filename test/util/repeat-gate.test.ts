@@ -9,6 +9,7 @@ describe("RepeatGate", () => {
     ["the same text after the window passes, with the count held back", [[0, "a", 0], [10, "a", undefined], [20, "a", undefined], [60_000, "a", 2]]],
     ["the window runs from the last text let through, not the last one held", [[0, "a", 0], [50_000, "a", undefined], [60_000, "a", 1], [100_000, "a", undefined]]],
     ["another text passes at once and drops the count of the first", [[0, "a", 0], [10, "a", undefined], [20, "b", 0], [30, "a", 0]]],
+    ["each warning counts only those held back since the one before", [[0, "a", 0], [10, "a", undefined], [20, "a", undefined], [60_000, "a", 2], [60_010, "a", undefined], [120_000, "a", 1]]],
   ];
   it.each(cases)("%s", (_name, steps) => {
     let now = 0;
