@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { AdapterContext, ChannelAdapter, ChannelHealth, InboundMessage, OutboundTarget, RateLimit, SendOptions, SendReceipt } from "../../src/channels/types.js";
 import { PlatformError } from "../../src/channels/types.js";
-import { handOverRetrying } from "../../src/channels/hand-over.js";
+import { retryIo } from "../../src/util/io-retry.js";
 import type { DiscordConfig } from "../../src/config/schema.js";
 import { registerCommands } from "./commands.js";
 import { redact, toPlatformError } from "./errors.js";
@@ -113,7 +113,7 @@ export function createDiscordAdapter(config: DiscordConfig, ctx: AdapterContext,
   const deliver = (msg: InboundMessage) => {
     const prev = lanes.get(msg.peerId) ?? Promise.resolve();
     const next = prev
-      .then(() => handOverRetrying(() => ctx.onInbound(msg), { signal: handing.signal, onRetry: onRetry(msg) }))
+      .then(() => retryIo(() => ctx.onInbound(msg), { signal: handing.signal, onRetry: onRetry(msg) }))
       .catch((err: unknown) => noteError(err, `inbound ${msg.messageId} not accepted`))
       .finally(() => {
         if (lanes.get(msg.peerId) === next) lanes.delete(msg.peerId);

@@ -18,7 +18,7 @@ import {
 import type { WhatsAppConfig } from "../../src/config/schema.js";
 import { resetKvAuthState } from "./auth-state.js";
 import { createBaileysSocketFactory, type BaileysSocketFactoryOptions } from "./baileys-socket.js";
-import { handOverRetrying } from "../../src/channels/hand-over.js";
+import { retryIo } from "../../src/util/io-retry.js";
 import { BoundedMap } from "../../src/util/bounded-map.js";
 import { within } from "../../src/util/within.js";
 import { toPlatformError } from "./errors.js";
@@ -248,7 +248,7 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
     lastInboundAt = now();
     recentInbound.set(mapped.messageId, msg);
     if (mapped.chatType === "group") refreshGroupName(s, mapped.peerId);
-    await handOverRetrying(() => ctx.onInbound(mapped), {
+    await retryIo(() => ctx.onInbound(mapped), {
       signal: handing.signal,
       onRetry(err, attempt, retryInMs) {
         lastError = `inbound message not accepted, retrying: ${err instanceof Error ? err.message : String(err)}`;

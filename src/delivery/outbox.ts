@@ -26,6 +26,7 @@ import { RateLimiter, type RateTicket } from "./rate-limiter.js";
 import { conservativeJournal, type SendJournal } from "./send-journal.js";
 import { BoundedMap } from "../util/bounded-map.js";
 import { isIoError } from "../util/io-error.js";
+import { retryIo } from "../util/io-retry.js";
 
 export type OutboundKind = "reply" | "announce" | "send" | "command";
 
@@ -140,9 +141,6 @@ export const MAX_INTERRUPTED_STARTS = 10;
  * line, a refused connection, a 429) is sent however late.
  */
 export const IDEMPOTENCY_WINDOW_MS = 2 * 60_000;
-
-/** Waits between writes tried again while the store cannot write start at 1 s and double up to this. */
-const STORE_RETRY_MAX_MS = 30_000;
 
 /**
  * Finished messages kept whole in memory (`get`). Older ones are remembered by outcome only: a
@@ -670,20 +668,18 @@ export class Outbox {
    * the next start resumes.
    */
   private async persistRetrying(record: OutboxRecord, log: pino.Logger, first?: Promise<void>): Promise<boolean> {
-    for (let failures = 0; ; failures++) {
-      try {
-        await (failures === 0 && first ? first : this.persist(record));
-        if (failures > 0) log.info({ failures }, "outbox: the store writes again; delivery resumes");
-        return true;
-      } catch (err) {
-        if (!isIoError(err)) throw err;
-        if (this.stopped) return false;
-        const retryInMs = Math.min(STORE_RETRY_MAX_MS, 1000 * 2 ** failures);
+    try {
+      await retryIo((failures) => (failures === 0 && first ? first : this.persist(record)), {
+        stopped: () => this.stopped,
+        sleep: this.sleep,
         // One line per outage of the store, not one per try.
-        if (failures === 0) log.warn({ err, retryInMs }, "outbox: the store cannot write; this delivery waits for it (nothing is sent meanwhile)");
-        await this.sleep(retryInMs);
-        if (this.stopped) return false;
-      }
+        onRetry: (err, failures, retryInMs) => failures === 1 && log.warn({ err, retryInMs }, "outbox: the store cannot write; this delivery waits for it (nothing is sent meanwhile)"),
+        onRecovered: (failures) => log.info({ failures }, "outbox: the store writes again; delivery resumes"),
+      });
+      return true;
+    } catch (err) {
+      if (this.stopped && isIoError(err)) return false;
+      throw err;
     }
   }
 

@@ -13,14 +13,13 @@
  * (`subagent-announce:<runId>`) keeps that to one delivery, so each run is announced exactly once.
  */
 import { promises as fs } from "node:fs";
-import { setTimeout as sleep } from "node:timers/promises";
 import type pino from "pino";
 import type { App } from "../../app.js";
 import type { RunEvent, RunOutcome } from "../runtime.js";
 import type { DeliveryContext } from "../../sessions/entry.js";
 import type { KvSpace } from "../../store/kv.js";
 import type { BackgroundTasks } from "../../tools/background.js";
-import { isIoError } from "../../util/io-error.js";
+import { retryIo } from "../../util/io-retry.js";
 import { isSkipToken } from "../../util/skip-token.js";
 import { outboundTargetOf } from "../../tools/delivery-route.js";
 import { formatStatsLine, normalizeAnnounce, type SubagentStatus } from "./announce.js";
@@ -31,7 +30,6 @@ export const ANNOUNCE_STEP_TIMEOUT_MS = 120_000;
 /** The archive sweeper never sleeps longer than this (setTimeout's range is ~24 days). */
 const MAX_SWEEP_DELAY_MS = 3600_000;
 /** Writes tried again while the store cannot write wait 1 s, doubling up to this. */
-const STORE_RETRY_MAX_MS = 30_000;
 
 export interface SubagentRun {
   runId: string;
@@ -294,20 +292,12 @@ export class SubagentRegistry {
    * once the registry stops: the next process resumes from what the store holds.
    */
   private async untilStored(run: SubagentRun, what: string, write: () => Promise<void>): Promise<void> {
-    for (let failures = 0; ; failures++) {
-      try {
-        await write();
-        if (failures > 0) this.deps.log.info({ runId: run.runId, failures }, `sub-agent ${what} stored: the store writes again`);
-        return;
-      } catch (err) {
-        if (!isIoError(err) || this.stopping.signal.aborted) throw err;
-        const retryInMs = Math.min(STORE_RETRY_MAX_MS, 1000 * 2 ** failures);
-        // One line per outage of the store, not one per try.
-        if (failures === 0) this.deps.log.warn({ runId: run.runId, err: (err as Error).message, retryInMs }, `sub-agent ${what} could not be stored; retrying until the store writes again`);
-        await sleep(retryInMs, undefined, { signal: this.stopping.signal }).catch(() => undefined);
-        if (this.stopping.signal.aborted) throw err;
-      }
-    }
+    await retryIo(write, {
+      signal: this.stopping.signal,
+      // One line per outage of the store, not one per try.
+      onRetry: (err, failures, retryInMs) => failures === 1 && this.deps.log.warn({ runId: run.runId, err: (err as Error).message, retryInMs }, `sub-agent ${what} could not be stored; retrying until the store writes again`),
+      onRecovered: (failures) => this.deps.log.info({ runId: run.runId, failures }, `sub-agent ${what} stored: the store writes again`),
+    });
   }
 
   private async persist(run: SubagentRun): Promise<void> {
