@@ -13,6 +13,7 @@ import {
   type ChannelHealth,
   type OutboundTarget,
   type PlatformErrorCode,
+  type SendOptions,
   type SendReceipt,
 } from "../../src/channels/types.js";
 import type { WhatsAppConfig } from "../../src/config/schema.js";
@@ -25,6 +26,7 @@ import { toPlatformError } from "./errors.js";
 import { chatTypeOfJid, jidForTarget, jidKind, normalizeJid } from "./jid.js";
 import { whatsappRateLimits } from "./limits.js";
 import { mapInbound, type MapContext, type SelfIdentity } from "./map-message.js";
+import { whatsappMessageId } from "./message-id.js";
 import { printQrToTerminal } from "./qr.js";
 import { DEFAULT_BACKOFF, DisconnectCode, backoffDelay, classifyDisconnect, statusCodeOf } from "./reconnect.js";
 import type { SocketFactory, WASocketLike } from "./types.js";
@@ -334,7 +336,11 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
       handing.abort();
     },
 
-    async send(target: OutboundTarget, text: string): Promise<SendReceipt> {
+    // A chunk repeated under its idempotency key keeps its message id (whatsappMessageId), and
+    // WhatsApp shows one message per id.
+    idempotentSends: true,
+
+    async send(target: OutboundTarget, text: string, opts?: SendOptions): Promise<SendReceipt> {
       if (halted) throw new PlatformError("whatsapp", halted.code, halted.message);
       const s = sock;
       if (!s || !connected) throw new PlatformError("whatsapp", "transport", "not connected");
@@ -343,7 +349,9 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
       const quoted = target.replyToMessageId ? recentInbound.get(target.replyToMessageId) : undefined;
       let result: WAMessage | undefined;
       try {
-        result = await s.sendMessage(jid, { text }, quoted ? { quoted } : undefined);
+        const messageId = opts?.idempotencyKey ? whatsappMessageId(opts.idempotencyKey) : undefined;
+        // Undefined values are left out: Baileys spreads these options over its generated id.
+        result = await s.sendMessage(jid, { text }, { ...(quoted ? { quoted } : {}), ...(messageId ? { messageId } : {}) });
       } catch (err) {
         throw toPlatformError(err);
       }

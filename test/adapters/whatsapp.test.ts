@@ -351,6 +351,19 @@ describe("whatsapp adapter: outbound", () => {
     expect(receipt.messageId).toBe(wa.sent[0].message.key.id);
   });
 
+  it("a send repeated with the same idempotency key keeps its message id, so the recipient is shown one message; another key is a new message", async () => {
+    const { wa, adapter } = await connected();
+    const first = await adapter.send(target(ALICE_PN), "once", { idempotencyKey: "reply:k#0" });
+    const again = await adapter.send(target(ALICE_PN), "once", { idempotencyKey: "reply:k#0" });
+    const next = await adapter.send(target(ALICE_PN), "twice", { idempotencyKey: "reply:k#1" });
+    expect(again.messageId).toBe(first.messageId);
+    expect(next.messageId).not.toBe(first.messageId);
+    // Shaped like Baileys' own ids, which WhatsApp's clients accept.
+    expect(first.messageId).toMatch(/^3EB0[0-9A-F]{36}$/);
+    expect(wa.shownIn(ALICE_PN)).toEqual(["once", "twice"]);
+    expect(adapter.idempotentSends).toBe(true);
+  });
+
   it("sends to an E.164 target (how owners are configured) as a phone JID", async () => {
     const { wa, adapter } = await connected();
     await adapter.send(target("+15551234567"), "hi owner");

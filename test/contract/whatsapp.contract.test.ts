@@ -173,3 +173,36 @@ describe("whatsapp end to end: a store that cannot write", () => {
     }
   });
 });
+
+describe("whatsapp end to end: a send whose outcome is unknown", () => {
+  it("a reply whose socket dropped as it was relayed is sent again under the same message id: the recipient is shown it once", async () => {
+    // The stanza may have left before the socket dropped; the outbox repeats the chunk, and a
+    // repeat under a fresh id would be a second message on the user's phone.
+    const wa = new FakeWhatsApp({ self: SELF });
+    let dropAfterRelay = true;
+    const factory: SocketFactory = async () => {
+      const sock = await wa.factory();
+      const send = sock.sendMessage.bind(sock);
+      sock.sendMessage = (async (...args: Parameters<typeof send>) => {
+        const message = await send(...args);
+        if (!dropAfterRelay) return message;
+        dropAfterRelay = false;
+        throw boomError(428, "Connection Closed");
+      }) as typeof send;
+      return sock;
+    };
+    const harness = await startHarness({
+      config: { channels: { whatsapp: { enabled: true } } },
+      adapterFactories: { whatsapp: async (ctx, config) => createWhatsAppAdapter(config.channels.whatsapp!, ctx, { socketFactory: factory, sleep: async () => {} }) },
+    });
+    const alice = `${phones.stranger}@s.whatsapp.net`;
+    try {
+      await waitOpen(harness);
+      wa.injectText({ chatJid: alice, text: "are you there" });
+      await vi.waitFor(() => expect(wa.sent.filter((m) => m.jid === alice)).toHaveLength(2), { timeout: 10_000, interval: 20 });
+      expect(wa.shownIn(alice)).toEqual(["echo: are you there"]);
+    } finally {
+      await harness.stop();
+    }
+  });
+});

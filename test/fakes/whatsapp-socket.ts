@@ -157,6 +157,22 @@ export class FakeWhatsApp {
     void this.current.end(boomError(statusCode, message));
   }
 
+  /**
+   * What the recipient's WhatsApp shows in a chat: one message per key id, the first send of it.
+   * WhatsApp's clients keep a message by its key, and their own retries send the same id again.
+   */
+  shownIn(jid: string): string[] {
+    const seen = new Set<string>();
+    const shown: string[] = [];
+    for (const s of this.sent) {
+      const id = s.message.key.id;
+      if (s.jid !== jid || !id || seen.has(id)) continue;
+      seen.add(id);
+      shown.push(s.text);
+    }
+    return shown;
+  }
+
   /** The next `n` sends reject with a Boom error of `statusCode`. */
   failNextSends(n: number, statusCode: number): void {
     this.sendFailures.push(...Array.from({ length: n }, () => statusCode));
@@ -258,7 +274,8 @@ export class FakeWhatsApp {
         if (!sock.isOpen || sock.ended) throw boomError(428, "Connection Closed");
         if (this.leftGroups.has(jid)) throw iqError(403, "forbidden");
         if (!("text" in content) || typeof content.text !== "string") throw new Error("FakeWhatsApp: only text messages are supported");
-        const message = generateWAMessageFromContent(jid, { extendedTextMessage: { text: content.text } }, { userJid: self.id, quoted: options?.quoted });
+        // As Baileys: a caller's messageId is the message's key.id, else a fresh one.
+        const message = generateWAMessageFromContent(jid, { extendedTextMessage: { text: content.text } }, { userJid: self.id, quoted: options?.quoted, ...(options?.messageId ? { messageId: options.messageId } : {}) });
         this.sent.push({ jid, text: content.text, message, quotedId: options?.quoted?.key.id ?? undefined });
         process.nextTick(() => {
           if (!sock.ended) ev.emit("messages.upsert", { messages: [message], type: "append" });
