@@ -52,7 +52,6 @@ function forgetDmChannel(c: Client, event: { inGuild(): boolean; channelId: stri
   if (!event.inGuild() && event.channelId) c.channels.cache.delete(event.channelId);
 }
 
-/** Discord's published limits: 5 messages / 5 s per channel, 50 requests / s per bot. */
 /** Discord nonces are at most 25 characters: a digest of our per-chunk idempotency key. */
 export function discordNonce(key: string): string {
   return createHash("sha256").update(key).digest("base64url").slice(0, 25);
