@@ -72,7 +72,7 @@ export async function benchSessionsSend(o: { runs: number; calls: number }): Pro
       for (let i = 0; i < o.calls; i++) {
         modelTime = 0;
         const t = nowMs();
-        const res = (await tool.execute({ sessionKey: target, message: `ping ${r}-${i}`, timeoutSeconds: 30 }, { sessionKey: requester, agentId: "main", runId: `bench-${r}-${i}`, signal: new AbortController().signal })) as { status: string; reply?: string };
+        const res = (await tool.execute({ sessionKey: target, message: `ping ${r}-${i}`, timeoutSeconds: 30 }, { sessionKey: requester, agentId: "main", runId: `bench-${r}-${i}`, signal: new AbortController().signal, park: (wait) => wait })) as { status: string; reply?: string };
         const wall = nowMs() - t;
         const m = modelTime;
         if (res.status !== "ok" || !res.reply?.endsWith(`ping ${r}-${i}`)) throw new Error(`sessions_send answered ${JSON.stringify(res)}`);

@@ -2,6 +2,10 @@
  * Agent runs: one lane per session key (runs of a session never overlap), bounded pools per
  * lane kind (different sessions run concurrently), runIds, lifecycle events, timeouts, abort,
  * and a completion registry so `agent.wait` answers after the run ended (R18).
+ *
+ * A run parked on another run's answer (a sessions_send wait) keeps its session's lane but gives
+ * its pool slot back until the answer came (ToolContext.park): chains of sessions_send longer
+ * than the pool complete instead of stalling until their waits time out.
  */
 import { EventEmitter } from "node:events";
 import { randomUUID } from "node:crypto";
@@ -19,6 +23,7 @@ import type { AgentTool, ToolSource } from "../tools/types.js";
 import { argumentsJson, buildModelMessages, systemPromptOf } from "./context.js";
 import { estimateTokens, fitToContextWindow } from "./context-window.js";
 import { NO_MODEL_MESSAGE, type ModelRegistry } from "./models/registry.js";
+import { SlotLease } from "./slots.js";
 import { ModelError, type ChatMessage, type CompletionResult, type ToolDefinition } from "./models/provider.js";
 
 export type Lane = "main" | "nested" | "subagent";
@@ -141,9 +146,17 @@ export class AgentRuntime {
     const info: RunInfo = { runId, sessionKey: req.sessionKey, agentId: req.agentId, lane: req.lane ?? "main", status: "queued", acceptedAt: Date.now() };
     const controller = new AbortController();
     const prev = this.sessionLanes.get(req.sessionKey) ?? Promise.resolve();
+    const lease = new SlotLease(this.pools[info.lane], controller.signal);
     const done: Promise<RunOutcome> = prev
       .catch(() => undefined)
-      .then(() => this.pools[info.lane].add(() => this.execute(info, req, controller)) as Promise<RunOutcome>);
+      .then(async () => {
+        await lease.take();
+        try {
+          return await this.execute(info, req, controller, lease);
+        } finally {
+          lease.give();
+        }
+      });
     this.sessionLanes.set(req.sessionKey, done);
     void done.finally(() => {
       if (this.sessionLanes.get(req.sessionKey) === done) this.sessionLanes.delete(req.sessionKey);
@@ -238,7 +251,7 @@ export class AgentRuntime {
     this.events.emit("run", ev);
   }
 
-  private async execute(info: RunInfo, req: RunRequest, controller: AbortController): Promise<RunOutcome> {
+  private async execute(info: RunInfo, req: RunRequest, controller: AbortController, lease: SlotLease): Promise<RunOutcome> {
     const log = lazyChild(this.deps.log, { runId: info.runId, sessionKey: info.sessionKey });
     info.status = "running";
     info.startedAt = Date.now();
@@ -250,7 +263,7 @@ export class AgentRuntime {
     let outcome: RunOutcome;
     try {
       if (controller.signal.aborted) throw controller.signal.reason;
-      const result = await this.loop(info, req, controller.signal, usage, log);
+      const result = await this.loop(info, req, controller.signal, lease, usage, log);
       outcome = { status: "ok", reply: result.reply, usage, model: result.model };
     } catch (err) {
       const reason = controller.signal.aborted ? controller.signal.reason : err;
@@ -266,7 +279,7 @@ export class AgentRuntime {
     return outcome;
   }
 
-  private async loop(info: RunInfo, req: RunRequest, signal: AbortSignal, usage: RunUsage, log: pino.Logger): Promise<{ reply: string; model?: string }> {
+  private async loop(info: RunInfo, req: RunRequest, signal: AbortSignal, lease: SlotLease, usage: RunUsage, log: pino.Logger): Promise<{ reply: string; model?: string }> {
     const { sessions, transcripts, models, config } = this.deps;
     const entry = sessions.get(req.sessionKey) ?? (await sessions.upsert(req.sessionKey, req.agentId));
     // A message recorded before a `/new` that came while its run waited is answered in the session
@@ -348,7 +361,7 @@ export class AgentRuntime {
       messages.push({ role: "assistant", content: res.content || null, tool_calls: res.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: argumentsJson(parseArgs(c.arguments)) } })) });
       for (const call of res.toolCalls) {
         if (signal.aborted) throw signal.reason;
-        const result = await runTool(tools, call, { sessionKey: req.sessionKey, agentId: req.agentId, runId: info.runId, origin: req.origin, signal }, log);
+        const result = await runTool(tools, call, { sessionKey: req.sessionKey, agentId: req.agentId, runId: info.runId, origin: req.origin, signal, park: (wait) => lease.park(wait) }, log);
         await transcripts.appendMessage(ref, { role: "toolResult", toolCallId: call.id, toolName: call.name, content: [{ type: "text", text: result.text }], isError: result.isError, timestamp: Date.now() });
         messages.push({ role: "tool", tool_call_id: call.id, content: result.text });
       }

@@ -245,6 +245,8 @@ export const ConfigSchema = z.strictObject({
       defaults: z
         .strictObject({
           model: z.string().optional(),
+          // Runs at once in the main lane, and as many in the nested one (sessions_send and its
+          // follow-ups). A run waiting in sessions_send for another session's reply does not count.
           maxConcurrent: z.number().int().min(1).default(4),
           runTimeoutSeconds: z.number().min(0).default(600),
           maxToolRounds: z.number().int().min(1).max(100).default(12),

@@ -100,7 +100,8 @@ export function createSessionsSendTool(deps: SendToolDeps, view: SessionView): A
         return { runId, status: "accepted", sessionKey: shownKey };
       }
 
-      const waited = await deps.waits.during(ctx.sessionKey, target.key, waitUnlessAborted(app.runtime.wait(runId, Math.round(timeoutSeconds * 1000)), ctx));
+      // Parked: the target's run may need the very slot this run would otherwise hold while it waits.
+      const waited = await ctx.park(deps.waits.during(ctx.sessionKey, target.key, waitUnlessAborted(app.runtime.wait(runId, Math.round(timeoutSeconds * 1000)), ctx)));
       // A run that ended cut short (its own time limit, /stop) reports "timeout" too, but it did
       // not continue: R15's "the run continues" is only true when our wait ran out.
       if (waited?.status === "timeout" && waited.endedAt !== undefined) {

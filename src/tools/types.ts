@@ -12,6 +12,12 @@ export interface ToolContext {
   /** Where the calling conversation's replies go (captured for sub-agent announces). */
   origin?: DeliveryContext;
   signal: AbortSignal;
+  /**
+   * Awaits `wait` — another run's answer — with the calling run's concurrency slot given back, and
+   * takes a slot again before returning (at once, without one, when the run was aborted meanwhile).
+   * The session's lane stays held: the session still runs one turn at a time.
+   */
+  park<T>(wait: Promise<T>): Promise<T>;
 }
 
 export interface AgentTool {

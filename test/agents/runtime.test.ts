@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
+import type { ConfigInput } from "../../src/config/schema.js";
 import type { AgentTool } from "../../src/tools/types.js";
 import { echoLastUser, FakeModelServer, withContextWindow, type ModelRequest } from "../fakes/model-server.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
@@ -15,11 +16,12 @@ const lastUserText = (req: ModelRequest): string => {
   return typeof m?.content === "string" ? m.content : JSON.stringify(m?.content);
 };
 
-/** A harness whose model holds its answer to each of `texts` (default "first") until `release(text)`. */
-async function holding(...texts: string[]): Promise<{ harness: Harness; release: (text?: string) => void }> {
+/** A harness whose model holds its answer to each of `texts` until `release(text)` (default: the first of them). */
+async function holding(texts: string[], config: ConfigInput = {}): Promise<{ harness: Harness; release: (text?: string) => void }> {
   const opens = new Map<string, () => void>();
   const gates = new Map(texts.map((t) => [t, new Promise<void>((r) => opens.set(t, r))]));
   const harness = await startHarness({
+    config,
     responder: async (req, i) => {
       await gates.get(lastUserText(req));
       return echoLastUser(req, i);
@@ -28,7 +30,7 @@ async function holding(...texts: string[]): Promise<{ harness: Harness; release:
   return { harness, release: (text = texts[0]) => opens.get(text)?.() };
 }
 
-const holdingFirst = () => holding("first");
+const holdingFirst = () => holding(["first"]);
 
 const MAIN = "agent:main:main";
 
@@ -65,7 +67,7 @@ describe("agent runtime lanes", () => {
   });
 
   it("DESIGN one lane per session: a run started while the session's second run is in flight waits for that one too", async () => {
-    const held = await holding("first", "second");
+    const held = await holding(["first", "second"]);
     h = held.harness;
     const rt = h.app.runtime;
     const first = rt.start({ sessionKey: MAIN, agentId: "main", message: "first" });
@@ -88,7 +90,7 @@ describe("agent runtime lanes", () => {
   });
 
   it("/stop (abortSession) aborts the runs of its own session only; another chat's run goes on", async () => {
-    const held = await holding("first", "other");
+    const held = await holding(["first", "other"]);
     h = held.harness;
     const rt = h.app.runtime;
     const mine = rt.start({ sessionKey: MAIN, agentId: "main", message: "first" });
@@ -563,15 +565,8 @@ describe("agent runtime limits", () => {
     { lane: "main" as const, defaults: { maxConcurrent: 1 } },
     { lane: "subagent" as const, defaults: { maxConcurrent: 4, subagents: { maxConcurrent: 1 } } },
   ])("the $lane lane's concurrency bound holds across sessions: another session's run waits for a free slot", async ({ lane, defaults }) => {
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    h = await startHarness({
-      config: { agents: { defaults } },
-      responder: async (req, i) => {
-        if (lastUserText(req) === "first") await gate;
-        return echoLastUser(req, i);
-      },
-    });
+    const held = await holding(["first"], { agents: { defaults } });
+    h = held.harness;
     const first = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "first", lane });
     const other = h.app.runtime.start({ sessionKey: "agent:main:telegram:group:-7", agentId: "main", message: "other", lane });
     try {
@@ -579,9 +574,26 @@ describe("agent runtime limits", () => {
       await h.model.waitForRequests(1);
       expect(other.info.status).toBe("queued");
     } finally {
-      release();
+      held.release();
     }
     expect(await other.done).toMatchObject({ status: "ok", reply: "echo: other" });
     expect(other.info.startedAt).toBeGreaterThanOrEqual(first.info.endedAt!);
+  });
+
+  it("/stop on a run waiting for a free slot (another session's run holds the only one) ends it at once, not once the slot frees", async () => {
+    const held = await holding(["first"], { agents: { defaults: { maxConcurrent: 1 } } });
+    h = held.harness;
+    const first = h.app.runtime.start({ sessionKey: MAIN, agentId: "main", message: "first" });
+    const waiting = h.app.runtime.start({ sessionKey: "agent:main:telegram:group:-7", agentId: "main", message: "waiting" });
+    try {
+      await h.model.waitForRequests(1);
+      h.app.runtime.abortSession("agent:main:telegram:group:-7");
+      expect(await waiting.done).toMatchObject({ status: "timeout", error: "run aborted: aborted by /stop" });
+      expect(first.info.status).toBe("running");
+    } finally {
+      held.release();
+    }
+    expect(await first.done).toMatchObject({ status: "ok", reply: "echo: first" });
+    expect(h.model.requests.map(lastUserText)).toEqual(["first"]);
   });
 });

@@ -13,12 +13,12 @@
  */
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AgentTool, ToolContext } from "../../src/tools/types.js";
+import type { AgentTool } from "../../src/tools/types.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
 import { FUZZ_SEED, hostileString, hostileValue, mostly, shapedLike } from "../helpers/hostile.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 import { checkState } from "../helpers/state-check.js";
-import { afterTool, features, settle, stepOf } from "../helpers/tool-driver.js";
+import { afterTool, features, outsideRun, settle, stepOf } from "../helpers/tool-driver.js";
 
 const DIRECT_CASES = 1600;
 const RUN_CASES = 120;
@@ -196,7 +196,7 @@ describe("session tools under hostile arguments", () => {
       fc.asyncProperty(cases, async ({ name, who, args }) => {
         const tool = tools[who].get(name);
         if (!tool) throw new Error(`${name} missing for the ${who} session`);
-        const ctx: ToolContext = { sessionKey: who === "plain" ? MAIN : PLAIN, agentId: "main", runId: `fuzz-${++n}`, signal: new AbortController().signal, origin: { channel: "telegram", to: "-100700", accountId: "default" } };
+        const ctx = outsideRun({ sessionKey: who === "plain" ? MAIN : PLAIN, agentId: "main", runId: `fuzz-${++n}`, origin: { channel: "telegram", to: "-100700", accountId: "default" } });
         const call = `${name}(${JSON.stringify(args)?.slice(0, 200)}) from the ${who} session`;
         let result: unknown;
         try {
@@ -249,7 +249,7 @@ describe("session tools under hostile arguments", () => {
   }, 120_000);
 
   describe("fixed cases: the parameter rules", () => {
-    const ctxFrom = (sessionKey: string): ToolContext => ({ sessionKey, agentId: "main", runId: `fixed-${Math.random()}`, signal: new AbortController().signal, origin: { channel: "telegram", to: "1001", accountId: "default" } });
+    const ctxFrom = (sessionKey: string) => outsideRun({ sessionKey, agentId: "main", runId: `fixed-${Math.random()}`, origin: { channel: "telegram", to: "1001", accountId: "default" } });
     const call = (name: string, args: unknown) => {
       const tool = h.app.toolsFor({ sessionKey: MAIN, agentId: "main" }).find((t) => t.name === name);
       if (!tool) throw new Error(`${name} missing`);

@@ -9,6 +9,7 @@ import { expect, vi } from "vitest";
 import type { App } from "../../src/app.js";
 import { resolveRoute } from "../../src/inbound/route.js";
 import type { TranscriptMessage } from "../../src/sessions/transcript.js";
+import type { ToolContext } from "../../src/tools/types.js";
 import type { FullDaemon } from "../../src/full-daemon.js";
 import type { ModelReply, ModelRequest, Responder } from "../fakes/model-server.js";
 import type { Harness } from "./harness.js";
@@ -70,6 +71,11 @@ export function toolDriver(script?: (req: ModelRequest, step: Step) => ModelRepl
     if (call) return { toolCalls: [{ name: call[1], arguments: call[2] ? JSON.parse(call[2]) : {} }] };
     return { content: `echo: ${text}` };
   };
+}
+
+/** The context of a tool executed directly, outside any run: there is no slot to give back while it waits. */
+export function outsideRun(ctx: Omit<ToolContext, "signal" | "park">): ToolContext {
+  return { ...ctx, signal: new AbortController().signal, park: (wait) => wait };
 }
 
 export function call(tool: string, args: unknown = {}): string {

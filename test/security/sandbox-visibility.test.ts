@@ -10,10 +10,10 @@
  * control case).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AgentTool, ToolContext } from "../../src/tools/types.js";
+import type { AgentTool } from "../../src/tools/types.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
-import { call, features, lastToolResult, settle, stepOf, toolDriver } from "../helpers/tool-driver.js";
+import { call, features, lastToolResult, outsideRun, settle, stepOf, toolDriver } from "../helpers/tool-driver.js";
 
 const ME = "agent:main:telegram:group:-100100";
 const OTHER = "agent:main:telegram:group:-200200";
@@ -63,7 +63,7 @@ afterAll(async () => {
   await h?.stop();
 });
 
-const ctx = (): ToolContext => ({ sessionKey: ME, agentId: "main", runId: `sec-${Math.random()}`, signal: new AbortController().signal, origin: { channel: "telegram", to: "-100100", accountId: "default" } });
+const ctx = () => outsideRun({ sessionKey: ME, agentId: "main", runId: `sec-${Math.random()}`, origin: { channel: "telegram", to: "-100100", accountId: "default" } });
 const run = (name: string, args: unknown) => tools.get(name)!.execute(args, ctx()) as Promise<Record<string, any>>;
 
 /** A session named by its key, its sessionId and its label. */

@@ -13,7 +13,7 @@ import type { AgentTool } from "../../src/tools/types.js";
 import { FakeModelServer, type ModelReply, type ModelRequest } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
-import { call, callViaGateway, callViaTelegram, crossDeadline, features, lastToolResult, lastUserText, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
+import { call, callViaGateway, callViaTelegram, crossDeadline, features, lastToolResult, lastUserText, messagesOf, outsideRun, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
 
 const GROUP_PEER = "-100777";
 const REQ = `agent:main:telegram:group:${GROUP_PEER}`;
@@ -113,7 +113,7 @@ describe("sessions_spawn", () => {
     expect(await lastToolResult(h!.app, result.childSessionKey)).toEqual({ status: "error", error: "unknown tool: sessions_spawn" });
     // The tool's own hard check, whatever the tool set: a sub-agent requester is refused.
     const spawnTool = h!.app.toolsFor({ sessionKey: REQ, agentId: "main" }).find((t) => t.name === "sessions_spawn")!;
-    const forbidden = await spawnTool.execute({ task: "nested" }, { sessionKey: result.childSessionKey, agentId: "main", runId: "r", signal: new AbortController().signal });
+    const forbidden = await spawnTool.execute({ task: "nested" }, outsideRun({ sessionKey: result.childSessionKey, agentId: "main", runId: "r" }));
     expect(forbidden).toEqual({ status: "forbidden", error: "sessions_spawn is not allowed from sub-agent sessions" });
     expect(h!.app.sessions.list({ where: (e) => e.spawnedBy === result.childSessionKey })).toEqual([]);
   });
@@ -233,7 +233,7 @@ describe("sessions_spawn", () => {
     await boot();
     const spawnTool = h!.app.toolsFor({ sessionKey: REQ, agentId: "main" }).find((t) => t.name === "sessions_spawn")!;
     await h!.app.runtime.drain(0);
-    const result = await spawnTool.execute({ task: "late" }, { sessionKey: REQ, agentId: "main", runId: "r", signal: new AbortController().signal });
+    const result = await spawnTool.execute({ task: "late" }, outsideRun({ sessionKey: REQ, agentId: "main", runId: "r" }));
     expect(result).toEqual({ status: "error", error: "daemon is shutting down; run not accepted", childSessionKey: expect.stringMatching(/^agent:main:subagent:/) });
     expect(features(h!).subagents.spawnedBy(REQ)).toEqual([]);
     expect(h!.app.sessions.list({ spawnedBy: REQ, includeArchived: true })).toEqual([]);

@@ -11,10 +11,11 @@ import type { ModelReply, ModelRequest } from "../fakes/model-server.js";
 import { inbound, startHarness, type Harness } from "../helpers/harness.js";
 import { RecordingAdapter } from "../helpers/recording-adapter.js";
 import { openStoreDb } from "../helpers/store-db.js";
-import { call, callViaGateway, callViaTelegram, countSteps, crossDeadline, lastToolResult, lastUserText, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
+import { afterTool, call, callViaGateway, callViaTelegram, countSteps, crossDeadline, lastToolResult, lastUserText, messagesOf, sessionOf, settle, stepOf, systemOf, toolDriver, type Step } from "../helpers/tool-driver.js";
 
 const REQ = "agent:main:telegram:group:-100req";
 const TGT = "agent:main:telegram:group:-100tgt";
+const THIRD = "agent:main:telegram:group:-100third";
 
 let h: Harness | undefined;
 let telegram: RecordingAdapter;
@@ -31,10 +32,15 @@ async function boot(config: ConfigInput = {}, store: "memory" | "sqlite" = "memo
   telegram = new RecordingAdapter("telegram");
   discord = new RecordingAdapter("discord");
   h = await startHarness({ store, config, adapters: [telegram, discord], responder: toolDriver((req, step) => script?.(req, step)) });
-  for (const peer of ["-100req", "-100tgt"]) await h.app.router.accept(inbound({ chatType: "group", peerId: peer, to: peer, wasMentioned: true, text: `hi ${peer}` }));
-  await h.app.router.idle();
+  for (const peer of ["-100req", "-100tgt"]) await greet(peer);
   telegram.sent.length = 0;
   return h;
+}
+
+/** Opens a group chat's session with a first message. */
+async function greet(peer: string): Promise<void> {
+  await h!.app.router.accept(inbound({ chatType: "group", peerId: peer, to: peer, wasMentioned: true, text: `hi ${peer}` }));
+  await h!.app.router.idle();
 }
 
 async function send(args: Record<string, unknown>) {
@@ -158,9 +164,7 @@ describe("sessions_send: the primary run", () => {
 
   it("R14 a cycle through a third session (A waits on B, B waits on C, C sends to A) is refused the same way", async () => {
     await boot();
-    const THIRD = "agent:main:telegram:group:-100third";
-    await h!.app.router.accept(inbound({ chatType: "group", peerId: "-100third", to: "-100third", wasMentioned: true, text: "hi third" }));
-    await h!.app.router.idle();
+    await greet("-100third");
     script = (req, step) => {
       const first = req.messages.at(-1)?.role !== "tool";
       if (step === "a2a-message" && first && sessionOf(req) === TGT) return { toolCalls: [{ name: "sessions_send", arguments: { sessionKey: THIRD, message: "ask around", timeoutSeconds: 600 } }] };
@@ -266,6 +270,103 @@ describe("sessions_send: the primary run", () => {
     expect(await send({ label: "nope", message: "x" })).toMatchObject({ status: "error", error: "No session found with label: nope" });
     expect(await send({ sessionKey: TGT })).toMatchObject({ status: "error", error: "message required" });
     expect(await send({ sessionKey: TGT, label: "target-room", message: "x" })).toMatchObject({ status: "error", error: "Provide either sessionKey or label (not both)." });
+  });
+});
+
+describe("sessions_send: a waiting run gives its run slot back", () => {
+  const ONE_SLOT: ConfigInput = { agents: { defaults: { maxConcurrent: 1 } }, commands: { owners: ["telegram:1001"] } };
+  const OTHER = "agent:main:telegram:group:-100other";
+  const quietFlow = (step: Step): ModelReply | undefined => (step === "a2a-reply" ? { content: "REPLY_SKIP" } : step === "a2a-announce" ? { content: "ANNOUNCE_SKIP" } : undefined);
+  const requestsIn = (sessionKey: string) => h!.model.requests.filter((r) => sessionOf(r) === sessionKey);
+  const say = (peer: string, text: string) => h!.app.router.accept(inbound({ chatType: "group", peerId: peer, to: peer, wasMentioned: true, text }));
+  const activeIn = (sessionKey: string) => h!.app.runtime.activeRuns().find((r) => r.sessionKey === sessionKey);
+
+  /**
+   * The requester's run (main lane) waits on the target's, which the model holds; another chat's
+   * run then takes the main lane's only slot — the one the requester gave back — and the model
+   * holds it too. Resolves once both are held.
+   */
+  async function waitWhileAnotherRunHoldsTheSlot(): Promise<{ requesterRunId: string; targetRunId: string; answerTarget: () => void; releaseOther: () => void }> {
+    await boot(ONE_SLOT);
+    let answerTarget!: () => void;
+    let releaseOther!: () => void;
+    const targetAnswered = new Promise<void>((resolve) => (answerTarget = resolve));
+    const otherReleased = new Promise<void>((resolve) => (releaseOther = resolve));
+    script = async (req, step) => {
+      if (step === "a2a-message" && sessionOf(req) === TGT) return targetAnswered.then(() => ({ content: "B's answer" }));
+      if (sessionOf(req) === OTHER) return otherReleased.then(() => ({ content: "other done" }));
+      return quietFlow(step);
+    };
+    await say("-100req", call("sessions_send", { sessionKey: TGT, message: "ask B", timeoutSeconds: 600 }));
+    await vi.waitFor(() => expect(requestsIn(TGT).filter((r) => stepOf(r) === "a2a-message")).toHaveLength(1), { timeout: 10_000 });
+    await say("-100other", "hold the slot");
+    await vi.waitFor(() => expect(requestsIn(OTHER)).toHaveLength(1), { timeout: 10_000 });
+    return { requesterRunId: activeIn(REQ)!.runId, targetRunId: activeIn(TGT)!.runId, answerTarget, releaseOther };
+  }
+
+  it("R14 at maxConcurrent 1 a chain of waiting sends (A waits on B, B waits on C) completes with the replies; B's session still runs one turn at a time", async () => {
+    await boot(ONE_SLOT);
+    await greet("-100third");
+    let answer!: () => void;
+    const answered = new Promise<void>((resolve) => (answer = resolve));
+    script = async (req, step) => {
+      if (step !== "a2a-message") return quietFlow(step);
+      if (sessionOf(req) === THIRD) return answered.then(() => ({ content: "C's answer" }));
+      if (sessionOf(req) !== TGT) return undefined;
+      if (afterTool(req)) return { content: `B relays: ${JSON.parse(String(req.messages.at(-1)!.content)).reply}` };
+      return { toolCalls: [{ name: "sessions_send", arguments: { sessionKey: THIRD, message: "ask C", timeoutSeconds: 600 } }] };
+    };
+    await say("-100req", call("sessions_send", { sessionKey: TGT, message: "ask B", timeoutSeconds: 600 }));
+    // A's run took the main lane's only slot and B's the nested lane's: C's run starts on the one B gave back.
+    await vi.waitFor(() => expect(requestsIn(THIRD).filter((r) => stepOf(r) === "a2a-message")).toHaveLength(1), { timeout: 10_000 });
+    // The main-lane slot A gave back is free, yet a message in B's chat waits for B's run to end.
+    await say("-100tgt", "meanwhile in B");
+    answer();
+    await h!.app.router.idle();
+    expect(await lastToolResult(h!.app, REQ)).toMatchObject({ status: "ok", sessionKey: TGT, reply: "B relays: C's answer" });
+    expect(await lastToolResult(h!.app, TGT)).toMatchObject({ status: "ok", sessionKey: THIRD, reply: "C's answer" });
+    const turnsOfB = requestsIn(TGT).filter((r) => stepOf(r) === "a2a-message" || stepOf(r) === "plain");
+    expect(turnsOfB.map((r) => (afterTool(r) ? "tool result" : lastUserText(r)))).toEqual(["hi -100tgt", "ask B", "tool result", "meanwhile in B"]);
+    await settle(h!);
+  });
+
+  it("R21 at maxConcurrent 1 a reply-back step that sends and waits gets its answer: the step's run gives its nested-lane slot back too", async () => {
+    await boot(ONE_SLOT);
+    await greet("-100third");
+    script = (req, step) => {
+      if (step === "a2a-reply" && sessionOf(req) === REQ && !afterTool(req) && lastUserText(req) === "echo: ask B") return { toolCalls: [{ name: "sessions_send", arguments: { sessionKey: THIRD, message: "ask C", timeoutSeconds: 600 } }] };
+      return quietFlow(step);
+    };
+    expect(await send({ sessionKey: TGT, message: "ask B", timeoutSeconds: 600 })).toMatchObject({ status: "ok", reply: "echo: ask B" });
+    await settle(h!);
+    expect(await lastToolResult(h!.app, REQ)).toMatchObject({ status: "ok", sessionKey: THIRD, reply: "echo: ask C" });
+  });
+
+  it("R15 /stop on a run waiting for a slot again after its wait ended ends it at once, while the slot's holder still runs, and without a model call", async () => {
+    const { requesterRunId, targetRunId, answerTarget, releaseOther } = await waitWhileAnotherRunHoldsTheSlot();
+    try {
+      answerTarget();
+      await vi.waitFor(() => expect(h!.app.runtime.get(targetRunId)?.status).toBe("ok"));
+      await say("-100req", "/stop");
+      await vi.waitFor(() => expect(h!.app.runtime.get(requesterRunId)).toMatchObject({ status: "timeout", error: expect.stringContaining("aborted by /stop") }), { timeout: 10_000 });
+      expect(activeIn(OTHER)?.status).toBe("running");
+      expect(requestsIn(REQ).filter(afterTool)).toEqual([]);
+    } finally {
+      releaseOther();
+    }
+    await settle(h!);
+  });
+
+  it("a run whose wait ended takes the next free slot ahead of runs that have not started yet", async () => {
+    const { answerTarget, releaseOther } = await waitWhileAnotherRunHoldsTheSlot();
+    await say("-100late", "queued meanwhile");
+    await vi.waitFor(() => expect(activeIn("agent:main:telegram:group:-100late")?.status).toBe("queued"));
+    answerTarget();
+    await vi.waitFor(() => expect(activeIn(TGT)).toBeUndefined());
+    releaseOther();
+    await settle(h!);
+    const turns = h!.model.requests.filter((r) => (sessionOf(r) === REQ && afterTool(r)) || lastUserText(r) === "queued meanwhile");
+    expect(turns.map((r) => (afterTool(r) ? "requester resumed" : "queued run"))).toEqual(["requester resumed", "queued run"]);
   });
 });
 
