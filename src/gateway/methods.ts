@@ -12,12 +12,14 @@ import { toSessionRow } from "../sessions/rows.js";
 import { SessionNotFoundError } from "../sessions/session-store.js";
 import { replyText } from "../inbound/router.js";
 import { parseCommand } from "../inbound/command-parse.js";
-import { GatewayError, type MethodName, type MethodParams } from "./protocol.js";
+import { COMMAND_SCOPES, GatewayError, hasScope, missingScope, type MethodName, type MethodParams } from "./protocol.js";
 import { BoundedMap } from "../util/bounded-map.js";
 
 export interface CallContext {
   connId: string;
   role: "operator" | "node";
+  /** What the connection was granted: a call's method is checked already, what it asks for within not. */
+  scopes: readonly string[];
   nodeId?: string;
   /** Broadcast an event to every operator connection. */
   broadcast(event: string, payload: unknown): void;
@@ -186,6 +188,9 @@ export function createHandlers(app: App, version: string): Handlers {
     },
 
     async "chat.send"(p, ctx) {
+      // Before any cached answer too: an admin's `/new` repeated by a write client is still refused.
+      const command = parseCommand(p.message);
+      if (command && !hasScope(ctx.scopes, COMMAND_SCOPES[command.name])) throw missingScope(`chat.send of /${command.name}`, COMMAND_SCOPES[command.name]);
       const key = resolveOrNewKey(p.sessionKey);
       const agentId = agentOfKey(key);
       const runId = p.idempotencyKey;
@@ -201,7 +206,7 @@ export function createHandlers(app: App, version: string): Handlers {
       if (commandAnswer) return { ...commandAnswer, cached: true };
       if (app.runtime.get(runId)) return { runId, status: "started", cached: true };
       // Owner commands run in a denied session too: `/send on` must be able to undo `/send off`.
-      if (!parseCommand(p.message)) checkPolicy(key, "webchat");
+      if (!command) checkPolicy(key, "webchat");
       const answer = (async (): Promise<ChatSendAnswer> => {
         const result = await app.router.chatSend({ sessionKey: key, agentId, text: p.message, runId, timeoutMs: p.timeoutMs });
         if (result.kind === "command") {

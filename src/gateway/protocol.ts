@@ -3,6 +3,7 @@
  * at the trust boundary. Method params are strict: an unknown field is an error naming it.
  */
 import { z } from "zod";
+import type { ParsedCommand } from "../inbound/command-parse.js";
 
 export const PROTOCOL_VERSIONS = [3, 4] as const;
 
@@ -46,15 +47,18 @@ export class GatewayError extends Error {
 export const Scope = z.enum(["operator.read", "operator.write", "operator.admin"]);
 export type Scope = z.infer<typeof Scope>;
 
+/** A node's id, and what stands in for it (client.id, client.instanceId); the id is logged too. */
+const NodeId = z.string().min(1).max(128);
+
 export const ConnectParams = z.object({
   minProtocol: z.number().int(),
   maxProtocol: z.number().int(),
-  client: z.object({ id: z.string().min(1), version: z.string(), platform: z.string(), mode: z.string(), instanceId: z.string().optional(), displayName: z.string().optional() }).loose(),
+  client: z.object({ id: NodeId, version: z.string(), platform: z.string(), mode: z.string(), instanceId: NodeId.optional(), displayName: z.string().optional() }).loose(),
   role: z.enum(["operator", "node"]).default("operator"),
   scopes: z.array(z.string()).default([]),
   caps: z.array(z.string()).optional(),
   auth: z.object({ token: z.string().optional(), password: z.string().optional() }).loose().optional(),
-  nodeId: z.string().min(1).max(128).optional(),
+  nodeId: NodeId.optional(),
 }).loose();
 export type ConnectParams = z.infer<typeof ConnectParams>;
 
@@ -142,6 +146,27 @@ export const METHOD_SCOPES: Record<MethodName, Scope | "node"> = {
   "sessions.delete": "operator.admin",
   "node.event": "node",
 };
+
+/**
+ * Scope a chat command sent through `chat.send` needs on top of chat.send's own: one with the
+ * effect of an admin method needs admin, or operator.write would reach that method through it —
+ * `/send` is `sessions.patch {sendPolicy}`, `/new` and `/reset` are `sessions.reset`. `/stop` is
+ * write: it ends runs as starting them is write (the reference's `chat.abort` is write too).
+ */
+export const COMMAND_SCOPES: Record<ParsedCommand["name"], Scope> = {
+  send: "operator.admin",
+  new: "operator.admin",
+  reset: "operator.admin",
+  stop: "operator.write",
+  status: "operator.read",
+  sid: "operator.read",
+  help: "operator.read",
+};
+
+/** The FORBIDDEN error of a call (or a command within one) made without the scope it needs. */
+export function missingScope(what: string, missing: string): GatewayError {
+  return new GatewayError("FORBIDDEN", `${what} requires ${missing}`, { missingScope: missing });
+}
 
 export const EVENTS = ["connect.challenge", "tick", "chat", "agent", "shutdown"] as const;
 

@@ -8,6 +8,7 @@ import { tokenMatches } from "../util/token-matches.js";
 import { setMaxListeners } from "node:events";
 import http from "node:http";
 import { isIP, type AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
 import { WebSocketServer, type WebSocket } from "ws";
 import type pino from "pino";
 import type { App } from "../app.js";
@@ -22,6 +23,7 @@ import {
   RequestFrame,
   describeZodError,
   hasScope,
+  missingScope,
   type ErrorShape,
   type MethodName,
   type ResponseFrame,
@@ -44,6 +46,21 @@ interface Connection {
 }
 
 const HANDSHAKE_TIMEOUT_MS = 10_000;
+/**
+ * What a client may send before its handshake succeeds, frame headers and all: a connect request
+ * is a few hundred bytes, so anything near this is no client's but an attempt to make the daemon
+ * hold memory for nobody (ws would otherwise buffer a first frame up to 4 × maxPayload).
+ */
+export const HANDSHAKE_MAX_BYTES = 64 * 1024;
+/**
+ * Sockets that may wait in their handshake at once; one more drops the oldest. Refusing the new
+ * one instead would let a few sockets opened every 10 s (the handshake timeout) lock everyone out;
+ * dropping the oldest only hurts a client whose handshake takes longer than that many newer ones.
+ * With HANDSHAKE_MAX_BYTES, unauthenticated clients hold at most 64 × 64 KiB (plus one read each).
+ */
+export const MAX_PENDING_HANDSHAKES = 64;
+/** How much of a refused client's header is shown: enough to recognise it by, whatever its length. */
+const HEADER_SHOWN_CHARS = 200;
 /** Advertised in hello-ok's policy, and enforced: see slowConsumer. */
 const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
 
@@ -51,6 +68,11 @@ export class Gateway {
   private readonly server: http.Server;
   private readonly wss: WebSocketServer;
   private readonly conns = new Set<Connection>();
+  /**
+   * Connections neither past their handshake nor closed, oldest first, each with what lifts the
+   * limits admitHandshake put on it.
+   */
+  private readonly pendingHandshakes = new Map<Connection, () => void>();
   private readonly routes = new Map<string, HttpRoute>();
   private readonly handlers: Handlers;
   private readonly log: pino.Logger;
@@ -62,17 +84,19 @@ export class Gateway {
   ) {
     this.log = app.log.child({ component: "gateway" });
     this.handlers = createHandlers(app, version);
-    this.server = http.createServer((req, res) => void this.onHttp(req, res));
+    // A client still sending its request's headers (a WebSocket upgrade's too) is held no longer
+    // than one in its WebSocket handshake; Node's default is 60 s, checked every 30.
+    this.server = http.createServer({ headersTimeout: HANDSHAKE_TIMEOUT_MS, connectionsCheckingInterval: 1000 }, (req, res) => void this.onHttp(req, res));
     // Our own size check answers with an error frame; ws's limit (which closes) is a backstop.
     this.wss = new WebSocketServer({ noServer: true, maxPayload: app.config.gateway.maxPayload * 4 });
     this.server.on("upgrade", (req, socket, head) => {
       const refusal = this.crossSiteRefusal(req);
       if (refusal) {
-        this.log.warn({ origin: req.headers.origin, host: req.headers.host }, `gateway connection refused: ${refusal}`);
+        this.log.warn({ origin: req.headers.origin?.slice(0, HEADER_SHOWN_CHARS), host: req.headers.host?.slice(0, HEADER_SHOWN_CHARS) }, `gateway connection refused: ${refusal}`);
         socket.end(`HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(refusal)}\r\n\r\n${refusal}`);
         return;
       }
-      this.wss.handleUpgrade(req, socket, head, (ws) => this.onConnection(ws));
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.onConnection(ws, socket));
     });
   }
 
@@ -92,7 +116,7 @@ export class Gateway {
     const host = (req.headers.host ?? "").toLowerCase();
     const from = URL.canParse(origin) ? new URL(origin) : undefined;
     if (from && (from.protocol === "http:" || from.protocol === "https:") && from.host === host && isLoopbackHost(from.hostname)) return undefined;
-    return `cross-origin WebSocket from ${JSON.stringify(origin.slice(0, 200))} refused: without gateway.auth.token only the web chat page served at this loopback address may connect (set a token to allow other origins)`;
+    return `cross-origin WebSocket from ${JSON.stringify(origin.slice(0, HEADER_SHOWN_CHARS))} refused: without gateway.auth.token only the web chat page served at this loopback address may connect (set a token to allow other origins)`;
   }
 
   route(method: string, pathname: string, handler: HttpRoute): void {
@@ -164,22 +188,57 @@ export class Gateway {
     }
   }
 
-  private onConnection(ws: WebSocket): void {
+  private onConnection(ws: WebSocket, socket: Duplex): void {
     const conn: Connection = { connId: randomUUID(), ws, state: "handshake", role: "operator", scopes: [], seq: 0, closed: new AbortController() };
     // One listener per wait in progress: a client may well have more than ten.
     setMaxListeners(0, conn.closed.signal);
     this.conns.add(conn);
+    this.admitHandshake(conn, socket);
     const timer = setTimeout(() => {
       if (conn.state === "handshake") ws.close(4008, "handshake timeout");
     }, HANDSHAKE_TIMEOUT_MS);
     ws.on("close", () => {
       clearTimeout(timer);
+      this.pendingHandshakes.get(conn)?.();
       this.conns.delete(conn);
       conn.closed.abort();
     });
     ws.on("error", (err) => this.log.debug({ err: err.message, connId: conn.connId }, "socket error"));
     ws.on("message", (data, isBinary) => void this.onFrame(conn, data as Buffer, isBinary));
     ws.send(JSON.stringify({ type: "event", event: "connect.challenge", payload: { nonce: randomUUID(), ts: Date.now() } }));
+  }
+
+  /**
+   * Bounds what an unauthenticated client can make the daemon hold: HANDSHAKE_MAX_BYTES on its
+   * socket, on at most MAX_PENDING_HANDSHAKES sockets. Counted on the raw socket, as read: ws
+   * would only hand over a frame once all of it (up to its own limit) had been buffered. Listening
+   * after ws, whose handshake() runs as it reads, so a connect is served before its bytes count.
+   */
+  private admitHandshake(conn: Connection, socket: Duplex): void {
+    if (this.pendingHandshakes.size >= MAX_PENDING_HANDSHAKES) {
+      const [oldest, release] = this.pendingHandshakes.entries().next().value as [Connection, () => void];
+      release();
+      this.log.warn({ connId: oldest.connId, pending: MAX_PENDING_HANDSHAKES }, "gateway connection dropped: too many connections waiting in their handshake");
+      // At once: a close handshake would leave it (and what it buffered) behind for up to 30 s.
+      oldest.ws.terminate();
+    }
+    let received = 0;
+    const count = (chunk: Buffer) => {
+      // Called for the read that completed the handshake too (emit calls the listeners it had).
+      if (conn.state !== "handshake") return;
+      received += chunk.length;
+      if (received <= HANDSHAKE_MAX_BYTES) return;
+      // Nothing more of it is read into ws (as ws itself does past its maxPayload): the close
+      // below still completes when the client answers it, or ws's close timer ends the socket.
+      socket.removeAllListeners("data");
+      socket.resume();
+      this.sendError(conn, null, { code: "INVALID_REQUEST", message: `frame too large: more than ${HANDSHAKE_MAX_BYTES} bytes before the handshake (a connect request is a few hundred)` }, true);
+    };
+    socket.on("data", count);
+    this.pendingHandshakes.set(conn, () => {
+      socket.off("data", count);
+      this.pendingHandshakes.delete(conn);
+    });
   }
 
   private async onFrame(conn: Connection, data: Buffer, isBinary: boolean): Promise<void> {
@@ -226,6 +285,7 @@ export class Gateway {
       return this.sendError(conn, id, { code: "UNAUTHORIZED", message: p.auth?.token ? "invalid gateway token" : "gateway token required (auth.token)" }, true);
     }
     conn.state = "ready";
+    this.pendingHandshakes.get(conn)?.();
     conn.role = p.role;
     conn.scopes = p.role === "node" ? [] : p.scopes.length ? p.scopes : ["operator.read", "operator.write"];
     if (p.role === "node") conn.nodeId = p.nodeId ?? p.client.instanceId ?? p.client.id;
@@ -253,14 +313,13 @@ export class Gateway {
     const name = method as MethodName;
     const needed = METHOD_SCOPES[name];
     if (needed === "node" ? conn.role !== "node" : conn.role !== "operator" || !hasScope(conn.scopes, needed)) {
-      const missing = needed === "node" ? "role:node" : needed;
-      return this.sendError(conn, id, { code: "FORBIDDEN", message: `${method} requires ${missing}`, details: { missingScope: missing } });
+      return this.sendError(conn, id, toErrorShape(missingScope(method, needed === "node" ? "role:node" : needed)));
     }
     const parsed = safeParse(Params[name], params ?? {});
     if (!parsed.success) return this.sendError(conn, id, { code: "INVALID_REQUEST", message: `invalid ${method} params: ${describeZodError(parsed.error)}` });
     const afterResponse: Array<() => void> = [];
     const answered = () => afterResponse.splice(0).forEach((fn) => fn());
-    const ctx: CallContext = { connId: conn.connId, role: conn.role, nodeId: conn.nodeId, broadcast: (event, payload) => this.broadcast(event, payload), afterResponse: (fn) => afterResponse.push(fn), signal: conn.closed.signal };
+    const ctx: CallContext = { connId: conn.connId, role: conn.role, scopes: conn.scopes, nodeId: conn.nodeId, broadcast: (event, payload) => this.broadcast(event, payload), afterResponse: (fn) => afterResponse.push(fn), signal: conn.closed.signal };
     try {
       const result = await (this.handlers[name] as (p: unknown, c: CallContext) => Promise<unknown>)(parsed.data, ctx);
       if (isTwoPhase(result)) {

@@ -11,6 +11,8 @@
 const RETRY_MS = [500, 1000, 2000, 5000, 10000];
 /** Shown for a failed run whose error says nothing. */
 const RUN_FAILED = "The agent failed.";
+/** Admin too: the page is its owner's, and the owner's /send, /new and /reset need admin (interfaces §3). */
+export const PAGE_SCOPES = ["operator.read", "operator.write", "operator.admin"];
 
 export class GatewayConnection {
   #url;
@@ -149,7 +151,7 @@ export class GatewayConnection {
     }
     if (frame.type === "event" && frame.event === "connect.challenge") {
       ws.send(JSON.stringify({ type: "req", id: "connect", method: "connect", params: {
-        minProtocol: 3, maxProtocol: 4, role: "operator", scopes: ["operator.read", "operator.write"],
+        minProtocol: 3, maxProtocol: 4, role: "operator", scopes: PAGE_SCOPES,
         client: { id: "switchboard-webchat", version: "1", platform: "browser", mode: "webchat" },
         auth: this.#token ? { token: this.#token } : {},
       } }));

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { GatewayClient } from "../../src/gateway/client.js";
+import { PAGE_SCOPES } from "../../src/web/webchat-client.js";
 import { startHarness, type Harness } from "../helpers/harness.js";
 import { runChannelContract, type ContractContext } from "./channel-contract.js";
 
@@ -9,7 +10,7 @@ async function webchat(h: Harness) {
   const finals: string[] = [];
   let client: GatewayClient;
   const connect = async () => {
-    client = await h.client({ scopes: ["operator.read", "operator.write"] });
+    client = await h.client({ scopes: PAGE_SCOPES });
     client.on("event", (name, p) => name === "chat" && p.state === "final" && p.sessionKey === "agent:main:main" && finals.push(p.message.content[0].text));
   };
   await connect();
