@@ -9,6 +9,7 @@
 import http from "node:http";
 import { TelegramError } from "telegraf";
 import { postBody } from "../../src/util/http-post.js";
+import type { AbortLike } from "../../src/util/run-abort.js";
 import { redactToken } from "./errors.js";
 
 /** telegraf's request timeout, kept: the poller's own watchdog ends a silent long poll sooner. */
@@ -19,7 +20,7 @@ const HEADERS: http.OutgoingHttpHeaders = { "content-type": "application/json", 
 
 export interface BotApiCallOptions {
   agent: http.Agent;
-  signal?: AbortSignal;
+  signal?: AbortLike;
   /** See PostOptions.onWire: runs just before the request's bytes go to the socket. */
   onWire?: () => void;
 }
@@ -36,7 +37,8 @@ export function createBotApi(apiRoot: string, token: string): BotApiCall {
   };
   return async <T>(method: string, payload: object, opts: BotApiCallOptions): Promise<T> => {
     const body = Buffer.from(JSON.stringify(payload), "utf8");
-    const res = await postBody(urlFor(method), body, { ...opts, headers: HEADERS, timeoutMs: REQUEST_TIMEOUT_MS, maxResponseBytes: MAX_RESPONSE_BYTES });
+    // Spelt out, not `{ ...opts, headers, … }` (a new hidden class per call on Node 20: src/util/http-post.ts).
+    const res = await postBody(urlFor(method), body, { agent: opts.agent, signal: opts.signal, onWire: opts.onWire, headers: HEADERS, timeoutMs: REQUEST_TIMEOUT_MS, maxResponseBytes: MAX_RESPONSE_BYTES });
     // As telegraf: a 5xx is an error by its status, whatever the body (often a proxy's HTML page).
     if (res.status >= 500) throw new TelegramError({ error_code: res.status, description: http.STATUS_CODES[res.status] ?? "server error" }, { method });
     // The Bot API never redirects; a proxy or a mistyped root does, and repeating the call cannot help.

@@ -10,6 +10,7 @@
  * waiting for its commit, capped inbound at ~700 updates/s (measured in bench/).
  */
 import type { AdapterKv } from "../../src/channels/types.js";
+import { RunAbort, type AbortLike } from "../../src/util/run-abort.js";
 import { within } from "../../src/util/within.js";
 import { type BackoffOptions, backoffDelay, retryDelay, sleep } from "./backoff.js";
 import type { TgUpdate } from "./wire.js";
@@ -25,7 +26,7 @@ export type PollPhase = "prepare" | "poll" | "handle" | "persist";
 export interface PollerDeps {
   /** Runs before the first poll and is retried with backoff until it succeeds (getMe etc.). */
   prepare(): Promise<void>;
-  getUpdates(params: GetUpdatesParams, signal: AbortSignal): Promise<TgUpdate[]>;
+  getUpdates(params: GetUpdatesParams, signal: AbortLike): Promise<TgUpdate[]>;
   /** Rejecting leaves the update unacknowledged: it is fetched again after a backoff. */
   handle(update: TgUpdate): Promise<void>;
   kv: AdapterKv;
@@ -118,17 +119,19 @@ export class Poller {
   }
 
   private async fetch(timeoutSeconds: number): Promise<TgUpdate[]> {
-    const request = new AbortController();
+    // Not an AbortController: a Node AbortSignal per poll is one more object promoted to the old
+    // generation each time (src/util/run-abort.ts).
+    const request = new RunAbort();
     const onStop = (): void => request.abort();
     this.stopper.signal.addEventListener("abort", onStop, { once: true });
     const watchdog = setTimeout(() => request.abort(), timeoutSeconds * 1000 + WATCHDOG_SLACK_MS);
     try {
       const params: GetUpdatesParams = { timeout: timeoutSeconds, allowed_updates: this.deps.allowedUpdates };
       if (this.offset !== undefined) params.offset = this.offset;
-      const result = await this.deps.getUpdates(params, request.signal);
+      const result = await this.deps.getUpdates(params, request);
       return Array.isArray(result) ? result : [];
     } catch (err) {
-      if (request.signal.aborted && !this.stopped) {
+      if (request.aborted && !this.stopped) {
         throw new Error(`getUpdates: no answer within ${timeoutSeconds}s + ${WATCHDOG_SLACK_MS / 1000}s, connection presumed dead`, { cause: err });
       }
       throw err;

@@ -144,16 +144,18 @@ export async function mapInbound(msg: WAMessage, ctx: MapContext): Promise<Inbou
     const participant = key.participant ?? msg.participant;
     if (!participant) return null;
     const groupName = ctx.groupName?.(chatJid);
+    // The chat's own fields first: a literal that begins with a spread gets a hidden class of its
+    // own at every message on Node 20 (src/util/http-post.ts). `common` holds none of them.
     return {
-      ...common,
       chatType: "group",
       peerId: chatJid,
       senderId: await identityFor(participant, [key.participantAlt, legacy.participantPn], ctx),
       to: chatJid,
+      ...common,
       ...(groupName ? { groupName: withinNameLimit(groupName) } : {}),
     };
   }
 
   const sender = await identityFor(chatJid, [key.remoteJidAlt, legacy.senderPn], ctx);
-  return { ...common, chatType: "direct", peerId: sender, senderId: sender, to: normalizeJid(chatJid) };
+  return { chatType: "direct", peerId: sender, senderId: sender, to: normalizeJid(chatJid), ...common };
 }

@@ -13,6 +13,7 @@ import PQueue from "p-queue";
 import type pino from "pino";
 import { lazyChild } from "../log.js";
 import { BoundedMap } from "../util/bounded-map.js";
+import { RunAbort, type AbortLike } from "../util/run-abort.js";
 import { within } from "../util/within.js";
 import type { Config } from "../config/schema.js";
 import { agentConfigOf } from "../inbound/route.js";
@@ -105,7 +106,7 @@ export interface RuntimeDeps {
 
 interface ActiveRun {
   info: RunInfo;
-  controller: AbortController;
+  controller: RunAbort;
   done: Promise<RunOutcome>;
 }
 
@@ -144,9 +145,9 @@ export class AgentRuntime {
     const existing = this.runs.get(runId);
     if (existing) return { runId, info: existing.info, done: existing.done };
     const info: RunInfo = { runId, sessionKey: req.sessionKey, agentId: req.agentId, lane: req.lane ?? "main", status: "queued", acceptedAt: Date.now() };
-    const controller = new AbortController();
+    const controller = new RunAbort();
     const prev = this.sessionLanes.get(req.sessionKey) ?? Promise.resolve();
-    const lease = new SlotLease(this.pools[info.lane], controller.signal);
+    const lease = new SlotLease(this.pools[info.lane], controller);
     const done: Promise<RunOutcome> = prev
       .catch(() => undefined)
       .then(async () => {
@@ -251,7 +252,7 @@ export class AgentRuntime {
     this.events.emit("run", ev);
   }
 
-  private async execute(info: RunInfo, req: RunRequest, controller: AbortController, lease: SlotLease): Promise<RunOutcome> {
+  private async execute(info: RunInfo, req: RunRequest, controller: RunAbort, lease: SlotLease): Promise<RunOutcome> {
     const log = lazyChild(this.deps.log, { runId: info.runId, sessionKey: info.sessionKey });
     info.status = "running";
     info.startedAt = Date.now();
@@ -262,16 +263,16 @@ export class AgentRuntime {
     const usage: RunUsage = { input: 0, output: 0 };
     let outcome: RunOutcome;
     try {
-      if (controller.signal.aborted) throw controller.signal.reason;
-      const result = await this.loop(info, req, controller.signal, lease, usage, log);
+      if (controller.aborted) throw controller.reason;
+      const result = await this.loop(info, req, controller, lease, usage, log);
       outcome = { status: "ok", reply: result.reply, usage, model: result.model };
     } catch (err) {
-      const reason = controller.signal.aborted ? controller.signal.reason : err;
+      const reason = controller.aborted ? controller.reason : err;
       if (reason instanceof RunTimeout) outcome = { status: "timeout", error: reason.message, usage };
-      else if (controller.signal.aborted) outcome = { status: "timeout", error: `run aborted: ${messageOf(reason)}`, usage, ...(reason instanceof RunStopped ? { stopped: true as const } : {}) };
+      else if (controller.aborted) outcome = { status: "timeout", error: `run aborted: ${messageOf(reason)}`, usage, ...(reason instanceof RunStopped ? { stopped: true as const } : {}) };
       else outcome = { status: "error", error: messageOf(err), usage };
       if (outcome.status === "error") log.warn({ err: outcome.error }, "run failed");
-      await this.markAborted(info, controller.signal.aborted);
+      await this.markAborted(info, controller.aborted);
     } finally {
       clearTimeout(timer);
     }
@@ -279,7 +280,7 @@ export class AgentRuntime {
     return outcome;
   }
 
-  private async loop(info: RunInfo, req: RunRequest, signal: AbortSignal, lease: SlotLease, usage: RunUsage, log: pino.Logger): Promise<{ reply: string; model?: string }> {
+  private async loop(info: RunInfo, req: RunRequest, signal: AbortLike, lease: SlotLease, usage: RunUsage, log: pino.Logger): Promise<{ reply: string; model?: string }> {
     const { sessions, transcripts, models, config } = this.deps;
     const entry = sessions.get(req.sessionKey) ?? (await sessions.upsert(req.sessionKey, req.agentId));
     // A message recorded before a `/new` that came while its run waited is answered in the session
@@ -305,7 +306,9 @@ export class AgentRuntime {
     const prompt = { agentName: agent?.name ?? req.agentId, systemPrompt: agent?.systemPrompt, extraSystemPrompt: req.extraSystemPrompt, sessionKey: req.sessionKey };
     let history: readonly TranscriptMessage[] = await transcripts.readMessages(ref.path, HISTORY_LIMIT);
     if (resolved.contextWindow) history = fitToContextWindow(history, resolved.contextWindow, estimateTokens(systemPromptOf(prompt)) + estimateTokens(JSON.stringify(toolDefs)));
-    const build = () => buildModelMessages({ ...prompt, history });
+    // `history` first: a literal that starts with a spread and adds a key builds a new hidden class
+    // at every call on Node 20 (src/util/http-post.ts).
+    const build = () => buildModelMessages({ history, ...prompt });
     let messages: ChatMessage[] = build();
     // Where this run's own assistant turns and tool results begin in `messages`.
     let runStart = messages.length;

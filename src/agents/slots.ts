@@ -7,25 +7,30 @@
  * run, and every wait in it would sit out its whole timeout.
  */
 import type PQueue from "p-queue";
+import type { RunAbort } from "../util/run-abort.js";
 
 /** Queue priority of a run taking its slot again after a wait: ahead of runs not yet started. */
 const RESUMING = 1;
 
 export class SlotLease {
   private release: (() => void) | undefined;
+  private readonly onAbort = () => this.give();
 
   constructor(
     private readonly pool: PQueue,
-    private readonly signal: AbortSignal,
+    private readonly abort: RunAbort,
   ) {}
 
   /**
    * Waits for a slot. Aborted before one is free (/stop, the run's time limit, shutdown), it
    * returns without one — p-queue drops the waiting task — and the run, under the aborted signal,
-   * must not go on working. Aborted while held, p-queue frees the slot at once.
+   * must not go on working. Aborted while held, the slot is freed at once.
    */
   async take(priority = 0): Promise<void> {
-    if (this.signal.aborted) return;
+    if (this.abort.aborted) return;
+    // A task that will wait in the queue must leave it when the run is aborted, which p-queue does
+    // for an AbortSignal only: one is made for it then. A free slot is taken synchronously.
+    const waits = this.pool.isPaused || this.pool.size > 0 || this.pool.pending >= this.pool.concurrency;
     await new Promise<void>((settled) => {
       this.pool
         .add(
@@ -34,15 +39,17 @@ export class SlotLease {
               this.release = release;
               settled();
             }),
-          { priority, signal: this.signal },
+          waits ? { priority, signal: this.abort.toSignal() } : { priority },
         )
         .catch(() => settled());
     });
+    if (this.release) this.abort.addEventListener("abort", this.onAbort);
   }
 
   give(): void {
     const release = this.release;
     this.release = undefined;
+    this.abort.removeEventListener("abort", this.onAbort);
     release?.();
   }
 

@@ -3,6 +3,7 @@
  * top-level anyOf — some providers reject both) and an executor that returns a JSON payload.
  */
 import type { DeliveryContext } from "../sessions/entry.js";
+import type { AbortLike } from "../util/run-abort.js";
 
 export interface ToolContext {
   /** Canonical key of the calling session. */
@@ -11,7 +12,8 @@ export interface ToolContext {
   runId: string;
   /** Where the calling conversation's replies go (captured for sub-agent announces). */
   origin?: DeliveryContext;
-  signal: AbortSignal;
+  /** The run's: aborted by /stop, its time limit or shutdown. */
+  signal: AbortLike;
   /**
    * Awaits `wait` — another run's answer — with the calling run's concurrency slot given back, and
    * takes a slot again before returning (at once, without one, when the run was aborted meanwhile).

@@ -7,6 +7,7 @@ import { classify, describeError, redactToken, toPlatformError } from "../../ada
 import { chatActionParams, chatTypeOfTarget, rateLimitsFor, replyMessageId, sameChatTargets, sendMessageParams } from "../../adapters/telegram/outbound.js";
 import { type PollerDeps, type PollPhase, Poller } from "../../adapters/telegram/poller.js";
 import type { TgUpdate } from "../../adapters/telegram/wire.js";
+import type { AbortLike } from "../../src/util/run-abort.js";
 import { waitFor } from "../fakes/telegram-bot-api.js";
 
 const TOKEN = "123456789:AAF-secret_Token";
@@ -21,7 +22,7 @@ function memKv() {
 }
 
 /** A long poll that stays open until the poller aborts it, and then fails as the real call does. */
-function parkedPoll(signal: AbortSignal): Promise<TgUpdate[]> {
+function parkedPoll(signal: AbortLike): Promise<TgUpdate[]> {
   return new Promise((_resolve, reject) => signal.addEventListener("abort", () => reject(signal.reason), { once: true }));
 }
 

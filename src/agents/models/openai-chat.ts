@@ -12,6 +12,7 @@
 import http from "node:http";
 import https from "node:https";
 import { postBody } from "../../util/http-post.js";
+import type { AbortLike } from "../../util/run-abort.js";
 import { alternating } from "./alternating.js";
 import { chatRequestBody } from "./request-body.js";
 import { ModelError, type CompletionRequest, type CompletionResult, type ModelProvider } from "./provider.js";
@@ -73,7 +74,7 @@ export function createOpenAiChatProvider(opts: OpenAiChatOptions): ModelProvider
   // the message ends up in logs and, as the run's error notice, in the chat.
   const scrub = (text: string) => (opts.apiKey && opts.apiKey.length >= 6 ? text.split(opts.apiKey).join("[redacted]") : text);
 
-  async function attempt(body: Buffer, signal: AbortSignal | undefined): Promise<ChatCompletion> {
+  async function attempt(body: Buffer, signal: AbortLike | undefined): Promise<ChatCompletion> {
     const res = await postBody(endpoint, body, { agent, headers, signal, timeoutMs: opts.timeoutMs, maxResponseBytes: MAX_RESPONSE_BYTES });
     if (res.status < 200 || res.status > 299) {
       const overflow = (res.status === 400 || res.status === 413) && CONTEXT_OVERFLOW.test(res.text.slice(0, 2000));
@@ -236,7 +237,7 @@ function errorMessageOf(text: string): string | undefined {
   }
 }
 
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+function sleep(ms: number, signal: AbortLike | undefined): Promise<void> {
   return new Promise((resolve) => {
     if (signal?.aborted) return resolve();
     const timer = setTimeout(done, ms);

@@ -2,6 +2,8 @@
  * The model seam: one small interface the runtime calls, so tests and benchmarks can point the
  * real OpenAI-compatible client at a fake server (interfaces §4).
  */
+import type { AbortLike } from "../../util/run-abort.js";
+
 export interface ChatMessage {
   role: "system" | "user" | "assistant" | "tool";
   content: string | null;
@@ -18,7 +20,7 @@ export interface CompletionRequest {
   model: string;
   messages: ChatMessage[];
   tools: ToolDefinition[];
-  signal?: AbortSignal;
+  signal?: AbortLike;
 }
 
 export interface CompletionResult {
