@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
+import { DAEMON_NODE_FLAGS } from "./helpers/daemon-process.js";
 
 const SDKS = ["discord.js", "telegraf", "@whiskeysockets/baileys"];
 const COMPOSITION_ROOT = new Set(["src/daemon.ts"]);
@@ -36,5 +37,14 @@ describe("architecture (DESIGN: the core imports no platform SDK)", () => {
   it("only the outbox calls adapter.send", () => {
     const callers = files("src").filter((f) => /\badapter\.send\(/.test(readFileSync(f, "utf8")));
     expect(callers).toEqual(["src/delivery/outbox.ts"]);
+  });
+});
+
+describe("the daemon's node flags (package.json's start script)", () => {
+  it("the switchboard command (src/bin.js's shebang) and `npm run switchboard` pass node the same flags as `npm start`", () => {
+    const scripts = (JSON.parse(readFileSync("package.json", "utf8")) as { scripts: Record<string, string> }).scripts;
+    expect(DAEMON_NODE_FLAGS).toContain("--max-semi-space-size=64");
+    expect(readFileSync("src/bin.js", "utf8").split("\n")[0]).toBe(`#!/usr/bin/env -S node ${DAEMON_NODE_FLAGS.join(" ")}`);
+    expect(scripts.switchboard).toBe(`node ${DAEMON_NODE_FLAGS.join(" ")} src/bin.js`);
   });
 });

@@ -1,4 +1,5 @@
 /** Capped exponential backoff with jitter, plus an abortable sleep. */
+import type { AbortLike } from "../../src/util/run-abort.js";
 import { apiFailureOf } from "./errors.js";
 
 export interface BackoffOptions {
@@ -27,7 +28,7 @@ export function retryDelay(err: unknown, attempt: number, o: BackoffOptions, ran
 }
 
 /** Resolves after `ms`, or at once when `signal` aborts; never rejects. */
-export function sleep(ms: number, signal: AbortSignal): Promise<void> {
+export function sleep(ms: number, signal: AbortLike): Promise<void> {
   return new Promise((resolve) => {
     if (signal.aborted) return resolve();
     const done = (): void => {

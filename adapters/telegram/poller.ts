@@ -48,7 +48,7 @@ const WATCHDOG_SLACK_MS = 15_000;
 const SHORT_POLL_IDLE_MS = 1000;
 
 export class Poller {
-  private readonly stopper = new AbortController();
+  private readonly stopper = new RunAbort();
   private loop: Promise<void> | undefined;
   private offset: number | undefined;
 
@@ -68,7 +68,7 @@ export class Poller {
   }
 
   private get stopped(): boolean {
-    return this.stopper.signal.aborted;
+    return this.stopper.aborted;
   }
 
   private async run(): Promise<void> {
@@ -92,7 +92,7 @@ export class Poller {
         await this.pause(err, "poll", pollFailures++);
         continue;
       }
-      if (updates.length === 0 && this.deps.timeoutSeconds === 0) await sleep(SHORT_POLL_IDLE_MS, this.stopper.signal);
+      if (updates.length === 0 && this.deps.timeoutSeconds === 0) await sleep(SHORT_POLL_IDLE_MS, this.stopper);
       if (this.stopped) return;
       if (updates.length === 0) continue;
       // Every update in an answer is one Telegram still holds unconfirmed, even below our offset:
@@ -119,11 +119,12 @@ export class Poller {
   }
 
   private async fetch(timeoutSeconds: number): Promise<TgUpdate[]> {
-    // Not an AbortController: a Node AbortSignal per poll is one more object promoted to the old
-    // generation each time (src/util/run-abort.ts).
+    // Not an AbortController: on Node 20 an AbortSignal per poll is one more object promoted to
+    // the old generation each time (src/util/run-abort.ts), and so is the listener bookkeeping of
+    // one added to and removed from a long-lived AbortSignal (the stopper) per poll.
     const request = new RunAbort();
     const onStop = (): void => request.abort();
-    this.stopper.signal.addEventListener("abort", onStop, { once: true });
+    this.stopper.addEventListener("abort", onStop, { once: true });
     const watchdog = setTimeout(() => request.abort(), timeoutSeconds * 1000 + WATCHDOG_SLACK_MS);
     try {
       const params: GetUpdatesParams = { timeout: timeoutSeconds, allowed_updates: this.deps.allowedUpdates };
@@ -137,7 +138,7 @@ export class Poller {
       throw err;
     } finally {
       clearTimeout(watchdog);
-      this.stopper.signal.removeEventListener("abort", onStop);
+      this.stopper.removeEventListener("abort", onStop);
     }
   }
 
@@ -171,6 +172,6 @@ export class Poller {
         ? retryDelay(err, attempt, this.deps.backoff, this.deps.random)
         : backoffDelay(attempt, this.deps.backoff, this.deps.random);
     this.deps.onError(err, phase, delay);
-    await sleep(delay, this.stopper.signal);
+    await sleep(delay, this.stopper);
   }
 }

@@ -43,7 +43,7 @@ export class RunAbort implements AbortLike {
   }
 
   /** As EventTarget: a listener added twice is called once, and one added after the abort never. */
-  addEventListener(_type: "abort", listener: () => void): void {
+  addEventListener(_type: "abort", listener: () => void, _options?: { once?: boolean }): void {
     if (this.abortedWith || this.listeners.includes(listener)) return;
     this.listeners.push(listener);
   }

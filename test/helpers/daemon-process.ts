@@ -9,6 +9,17 @@ import { fileURLToPath } from "node:url";
 
 export const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
+/**
+ * The node flags `npm start` runs the daemon with, read from package.json's start script
+ * (`node <flags> src/bin.js start`): the tests and benchmarks run the daemon the same way.
+ */
+export const DAEMON_NODE_FLAGS: readonly string[] = (() => {
+  const start = (JSON.parse(readFileSync(path.join(REPO_ROOT, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start;
+  const m = /^node((?: --\S+)*) src\/bin\.js start$/.exec(start);
+  if (!m) throw new Error(`package.json's start script is not "node [--flag…] src/bin.js start": ${start}`);
+  return m[1].split(" ").filter(Boolean);
+})();
+
 export interface DaemonProcess {
   child: ChildProcess;
   pid: number;
@@ -34,7 +45,7 @@ export function writeConfig(dir: string, config: unknown, name = "config.json5")
 
 export function spawnDaemon(configFile: string, opts: { env?: NodeJS.ProcessEnv; execArgv?: string[]; args?: string[] } = {}): DaemonProcess {
   const t0 = performance.now();
-  const child = spawn(process.execPath, [...(opts.execArgv ?? []), "src/bin.js", "start", "--config", configFile, ...(opts.args ?? [])], {
+  const child = spawn(process.execPath, [...DAEMON_NODE_FLAGS, ...(opts.execArgv ?? []), "src/bin.js", "start", "--config", configFile, ...(opts.args ?? [])], {
     cwd: REPO_ROOT,
     env: { ...process.env, NODE_ENV: "production", ...opts.env },
     stdio: ["ignore", "pipe", "pipe"],
