@@ -2,7 +2,8 @@
  * Discord events → core fields. No I/O: given discord.js structures, decide the conversation a
  * message or slash command belongs to (session keys are derived in the core from these fields).
  */
-import { ChannelType, MessageReferenceType, type ChatInputCommandInteraction, type Message } from "discord.js";
+import { ChannelType, MessageFlags, MessageReferenceType, type ChatInputCommandInteraction, type Message, type MessageSnapshot } from "discord.js";
+import { mediaPlaceholder, withMedia, type MediaKind } from "../../src/channels/media-placeholder.js";
 import type { InboundMessage, NativeCommand } from "../../src/channels/types.js";
 
 /** The parts of a channel that decide its conversation. */
@@ -89,12 +90,32 @@ function mentionedBotRole(message: Message, self: Self): string | undefined {
   return message.mentions.roles.find((role) => role.tags?.botId === self.botId)?.id;
 }
 
+function attachmentKind(contentType: string | null): MediaKind {
+  if (contentType === "image/gif") return "GIF";
+  if (contentType?.startsWith("image/")) return "photo";
+  if (contentType?.startsWith("video/")) return "video";
+  if (contentType?.startsWith("audio/")) return "audio";
+  return "document";
+}
+
+/**
+ * What a message (or a forward's snapshot) carried besides words, a line each: an attachment's
+ * placeholder with its URL (the agent may be able to fetch it), a sticker's.
+ */
+function mediaLines(m: Message | MessageSnapshot): string[] {
+  // A voice message is a message of its own kind whose one attachment is the recording.
+  const voice = m.flags.has(MessageFlags.IsVoiceMessage);
+  const files = [...m.attachments.values()].map((a) => `${mediaPlaceholder(voice ? { kind: "voice message" } : { kind: attachmentKind(a.contentType), name: a.name })} ${a.url}`);
+  const stickers = [...m.stickers.values()].map((sticker) => mediaPlaceholder({ kind: "sticker", name: sticker.name }));
+  return [...files, ...stickers];
+}
+
 function messageText(message: Message, self: Self): string {
   // A forward's own content is empty; what was forwarded lives in the snapshot.
-  const snapshot = isForwarded(message) ? message.messageSnapshots.first()?.content : undefined;
-  const body = stripBotMention(message.content || snapshot || "", self, mentionedBotRole(message, self));
-  const files = [...message.attachments.values()].map((a) => `[attachment: ${a.name}] ${a.url}`);
-  return [body, ...files].filter(Boolean).join("\n");
+  const snapshot = isForwarded(message) ? message.messageSnapshots.first() : undefined;
+  const body = stripBotMention(message.content || snapshot?.content || "", self, mentionedBotRole(message, self));
+  const poll = message.poll ? [mediaPlaceholder({ kind: "poll", name: message.poll.question.text })] : [];
+  return withMedia(body, [...mediaLines(message), ...(snapshot ? mediaLines(snapshot) : []), ...poll]);
 }
 
 /** Returns null for anything that must not reach the core: own/bot/system messages, empty text. */

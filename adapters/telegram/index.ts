@@ -11,6 +11,7 @@
 import http from "node:http";
 import https from "node:https";
 import { Telegraf } from "telegraf";
+import { AlbumGate } from "../../src/channels/album-gate.js";
 import { type AdapterContext, type ChannelAdapter, type ChannelHealth, type OutboundTarget, PlatformError, type SendOptions, type SendReceipt } from "../../src/channels/types.js";
 import type { TelegramConfig } from "../../src/config/schema.js";
 import { type BackoffOptions, DEFAULT_BACKOFF } from "./backoff.js";
@@ -69,6 +70,7 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
   let poller: Poller | undefined;
   const health: ChannelHealth = { connected: false, lastInboundAt: null, lastError: null };
   const pollWarnings = new RepeatGate(REPEATED_WARNING_WINDOW_MS);
+  const albums = new AlbumGate();
   /**
    * Basic groups upgraded to supergroups (old chat id → new): Telegram refuses the old id for
    * good, but sessions, cron jobs and replies in flight still address it.
@@ -136,6 +138,10 @@ export function createTelegramAdapter(config: TelegramConfig, ctx: AdapterContex
     const mapped = mapUpdate(update, identity, accountId);
     if (mapped.kind === "ignore") {
       log.trace({ updateId: update.update_id, reason: mapped.reason }, "telegram update ignored");
+      return;
+    }
+    if (mapped.album && !albums.admit(mapped.album, mapped.msg.messageId)) {
+      log.trace({ updateId: update.update_id, reason: "album_item" }, "telegram update ignored");
       return;
     }
     health.lastInboundAt = Date.now();

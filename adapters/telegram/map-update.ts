@@ -3,6 +3,8 @@
  * everything here is decided from the update and the bot's own identity, so it is tested as a
  * table (test/adapters/telegram-map-update.test.ts).
  */
+import type { AlbumItem } from "../../src/channels/album-gate.js";
+import { mediaPlaceholder, withMedia, type Media } from "../../src/channels/media-placeholder.js";
 import type { InboundMessage } from "../../src/channels/types.js";
 import type { TgEntity, TgMessage, TgUpdate } from "./wire.js";
 
@@ -13,7 +15,8 @@ export interface BotIdentity {
 
 export type IgnoreReason = "channel_post" | "own_message" | "no_text" | "no_sender" | "unsupported" | "other_bot_command";
 
-export type MapResult = { kind: "message"; msg: InboundMessage } | { kind: "ignore"; reason: IgnoreReason };
+/** `album`: the message is an item of an album, to be answered once (AlbumGate). */
+export type MapResult = { kind: "message"; msg: InboundMessage; album?: AlbumItem } | { kind: "ignore"; reason: IgnoreReason };
 
 /** Telegram's forum "General" topic. Sends must omit it (Telegram rejects message_thread_id=1). */
 export const GENERAL_TOPIC_ID = "1";
@@ -27,8 +30,10 @@ export function mapUpdate(update: TgUpdate, bot: BotIdentity, accountId: string)
   if (!m.from) return ignore("no_sender");
   if (m.from.id === bot.id) return ignore("own_message");
 
-  const raw = m.text ?? m.caption;
-  if (raw === undefined || raw.trim() === "") return ignore("no_text");
+  const raw = m.text ?? m.caption ?? "";
+  const media = mediaOf(m);
+  // Neither words nor media: a service message (someone joined, a pin, a topic created…).
+  if (raw.trim() === "" && !media) return ignore("no_text");
   const entities = (m.text !== undefined ? m.entities : m.caption_entities) ?? [];
 
   // A forward relays someone else's mention of the bot: content, not addressing.
@@ -47,7 +52,7 @@ export function mapUpdate(update: TgUpdate, bot: BotIdentity, accountId: string)
     chatType: direct ? "direct" : "group",
     peerId: String(direct ? m.from.id : m.chat.id),
     senderId: String(m.from.id),
-    text: command.text,
+    text: media ? withMedia(command.text, [mediaPlaceholder(media)]) : command.text,
     messageId: messageIdOf(m, edited),
     // A forward carries someone else's mentions: relaying them does not address the bot (as on Discord).
     wasMentioned: !isForwarded(m) && (command.addressedToUs || mentionsBot(raw, entities, bot) || isReplyToBot(m, bot)),
@@ -60,7 +65,26 @@ export function mapUpdate(update: TgUpdate, bot: BotIdentity, accountId: string)
   if (!direct && m.chat.title) msg.groupName = m.chat.title;
   if (isForwarded(m)) msg.forwarded = true;
   if (edited) msg.edited = true;
-  return { kind: "message", msg };
+  if (m.media_group_id === undefined) return { kind: "message", msg };
+  return { kind: "message", msg, album: { album: `${m.chat.id}:${m.media_group_id}`, captioned: raw.trim() !== "" } };
+}
+
+/** What a message carried besides words; undefined for a text or a service message. */
+function mediaOf(m: TgMessage): Media | undefined {
+  if (m.photo) return { kind: "photo" };
+  // An animation fills `document` too, and a venue `location`: each is looked at first.
+  if (m.animation) return { kind: "GIF" };
+  if (m.video) return { kind: "video" };
+  if (m.video_note) return { kind: "video message" };
+  if (m.voice) return { kind: "voice message" };
+  if (m.audio) return { kind: "audio", name: m.audio.title ?? m.audio.file_name };
+  if (m.document) return { kind: "document", name: m.document.file_name };
+  if (m.sticker) return { kind: "sticker", name: m.sticker.emoji };
+  if (m.venue) return { kind: "location", name: m.venue.title };
+  if (m.location) return { kind: m.location.live_period ? "live location" : "location" };
+  if (m.contact) return { kind: "contact", name: displayName(m.contact.first_name, m.contact.last_name) };
+  if (m.poll) return { kind: "poll", name: m.poll.question };
+  return undefined;
 }
 
 /**
@@ -134,8 +158,9 @@ function isForwarded(m: TgMessage): boolean {
 
 /**
  * An edit keeps Telegram's message_id, so it gets its own suffix: otherwise the core's inbound
- * dedupe (by messageId) would drop the edit instead of recording it. edit_date keeps it stable
- * across re-delivery of the same update.
+ * dedupe (by messageId) would drop the edit before the core sees it (an edit is no prompt, but
+ * the owner who edits a message into a command is told to send it anew). edit_date keeps it
+ * stable across re-delivery of the same update.
  */
 function messageIdOf(m: TgMessage, edited: boolean): string {
   const base = `${m.chat.id}:${m.message_id}`;

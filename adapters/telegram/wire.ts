@@ -33,6 +33,12 @@ export interface TgEntity {
   user?: TgUser;
 }
 
+/** The fields of Telegram's file objects (PhotoSize aside) this adapter reads. */
+export interface TgFile {
+  file_id?: string;
+  file_name?: string;
+}
+
 export interface TgMessage {
   message_id: number;
   message_thread_id?: number;
@@ -53,6 +59,21 @@ export interface TgMessage {
   forward_from_chat?: TgChat;
   forward_sender_name?: string;
   forward_date?: number;
+  /** Shared by the items of an album (photos or videos sent together), each its own message. */
+  media_group_id?: string;
+  // Media: at most one kind per message (an animation also fills `document`, a venue `location`).
+  photo?: unknown[];
+  video?: TgFile;
+  video_note?: TgFile;
+  animation?: TgFile;
+  voice?: TgFile;
+  audio?: TgFile & { title?: string; performer?: string };
+  document?: TgFile;
+  sticker?: TgFile & { emoji?: string };
+  location?: { latitude: number; longitude: number; live_period?: number };
+  venue?: { title?: string; address?: string };
+  contact?: { first_name?: string; last_name?: string };
+  poll?: { question?: string };
   /** Service message: this group was upgraded to the supergroup with this id. */
   migrate_to_chat_id?: number;
   /** Service message: this supergroup is the upgrade of the group with this id. */

@@ -21,6 +21,7 @@ import { resetKvAuthState } from "./auth-state.js";
 import { createBaileysSocketFactory, type BaileysSocketFactoryOptions } from "./baileys-socket.js";
 import { retryIo } from "../../src/util/io-retry.js";
 import { BoundedMap } from "../../src/util/bounded-map.js";
+import { AlbumGate } from "../../src/channels/album-gate.js";
 import { within } from "../../src/util/within.js";
 import { toPlatformError } from "./errors.js";
 import { chatTypeOfJid, jidForTarget, jidKind, normalizeJid } from "./jid.js";
@@ -73,6 +74,7 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
   const lidToPn = new BoundedMap<string, string>(10_000);
   const groupNames = new BoundedMap<string, { name: string; at: number }>(1_000);
   const groupFetches = new Set<string>();
+  const albums = new AlbumGate();
 
   const factory =
     opts.socketFactory ??
@@ -285,6 +287,7 @@ export function createWhatsAppAdapter(config: WhatsAppConfig, ctx: AdapterContex
         if (pn) lidToPn.set(lid, normalizeJid(pn));
         return pn ?? undefined;
       },
+      albums,
       groupName: (jid) => groupNames.get(jid)?.name,
     };
   }

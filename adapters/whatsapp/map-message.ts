@@ -2,6 +2,8 @@
  * Baileys `messages.upsert` entry → InboundMessage. Only type imports from Baileys (see jid.ts).
  */
 import type { WAMessage, proto } from "@whiskeysockets/baileys";
+import type { AlbumGate } from "../../src/channels/album-gate.js";
+import { mediaPlaceholder, withMedia, type Media } from "../../src/channels/media-placeholder.js";
 import { MAX_NAME_CHARS, MAX_TIMESTAMP_MS, type InboundMessage } from "../../src/channels/types.js";
 import { jidKind, normalizeJid, resolveIdentity, sameUser } from "./jid.js";
 
@@ -18,32 +20,94 @@ export interface MapContext {
   isOwnMessageId(id: string): boolean;
   /** Phone JID for a LID when some mapping is known (learned from keys or Baileys' lidMapping). */
   lookupPn(lid: string): Promise<string | undefined>;
+  /** Answers each album once (a WhatsApp album comes as one message per photo or video). */
+  albums: AlbumGate;
   /** Group subject, when it is already known without a network round trip. */
   groupName?(groupJid: string): string | undefined;
 }
 
 interface ExtractedContent {
+  /** The sender's words: the text, or a media caption ("" for media without one). */
   text: string;
+  /** What the message carried besides words. */
+  media: Media | undefined;
   contextInfo?: proto.IContextInfo | null;
   edited: boolean;
+  /** The id of the album message this item belongs to. */
+  album: string | undefined;
 }
 
-const MESSAGE_EDIT = 14; // proto.Message.ProtocolMessage.Type.MESSAGE_EDIT
+type ContextInfo = proto.IContextInfo | null | undefined;
 
-/** Peels the wrappers WhatsApp puts around real content (disappearing, view-once, captioned document, edit). */
+const MESSAGE_EDIT = 14; // proto.Message.ProtocolMessage.Type.MESSAGE_EDIT
+const MEDIA_ALBUM = 1; // proto.MessageAssociation.AssociationType.MEDIA_ALBUM
+
+/** The wrapper WhatsApp put around real content (disappearing, view-once, captioned document, edit, album item). */
+function wrapperOf(m: proto.IMessage): proto.Message.IFutureProofMessage | null | undefined {
+  return m.ephemeralMessage ?? m.viewOnceMessage ?? m.viewOnceMessageV2 ?? m.viewOnceMessageV2Extension ?? m.documentWithCaptionMessage ?? m.editedMessage ?? m.associatedChildMessage;
+}
+
+/** Peels the wrappers off real content. */
 function unwrap(message: proto.IMessage | null | undefined): proto.IMessage | undefined {
   let m = message ?? undefined;
   // Bounded like Baileys' normalizeMessageContent, so a malicious nesting cannot spin.
   for (let i = 0; i < 5 && m; i++) {
-    const inner =
-      m.ephemeralMessage ?? m.viewOnceMessage ?? m.viewOnceMessageV2 ?? m.viewOnceMessageV2Extension ?? m.documentWithCaptionMessage ?? m.editedMessage;
+    const inner = wrapperOf(m);
     if (!inner?.message) break;
     m = inner.message;
   }
   return m;
 }
 
-/** Text of a message: plain, extended (links, mentions, replies), or a media caption. */
+/**
+ * The album an item belongs to: WhatsApp sends an album as an album message (which says only how
+ * many items follow) and then each item, linked to it, at whichever wrapper level.
+ */
+function albumOf(message: proto.IMessage | null | undefined): string | undefined {
+  let m = message ?? undefined;
+  for (let i = 0; i < 6 && m; i++) {
+    const association = m.messageContextInfo?.messageAssociation;
+    if (association?.associationType === MEDIA_ALBUM && association.parentMessageKey?.id) return association.parentMessageKey.id;
+    m = wrapperOf(m)?.message ?? undefined;
+  }
+  return undefined;
+}
+
+/** The words of a message: plain, extended (links, mentions, replies), or a media caption. */
+function wordsOf(m: proto.IMessage): { text: string; contextInfo: ContextInfo } | undefined {
+  const candidates: Array<[string | null | undefined, ContextInfo]> = [
+    [m.conversation, undefined],
+    [m.extendedTextMessage?.text, m.extendedTextMessage?.contextInfo],
+    [m.imageMessage?.caption, m.imageMessage?.contextInfo],
+    [m.videoMessage?.caption, m.videoMessage?.contextInfo],
+    [m.documentMessage?.caption, m.documentMessage?.contextInfo],
+    [m.liveLocationMessage?.caption, m.liveLocationMessage?.contextInfo],
+  ];
+  for (const [text, contextInfo] of candidates) {
+    if (typeof text === "string" && text.trim() !== "") return { text, contextInfo };
+  }
+  return undefined;
+}
+
+/** What a message carried besides words, and the context (mentions, a quote) it came with. */
+function mediaOf(m: proto.IMessage): { media: Media; contextInfo: ContextInfo } | undefined {
+  const found = (media: Media, contextInfo: ContextInfo) => ({ media, contextInfo });
+  if (m.imageMessage) return found({ kind: "photo" }, m.imageMessage.contextInfo);
+  if (m.videoMessage) return found({ kind: m.videoMessage.gifPlayback ? "GIF" : "video" }, m.videoMessage.contextInfo);
+  if (m.ptvMessage) return found({ kind: "video message" }, m.ptvMessage.contextInfo);
+  if (m.audioMessage) return found({ kind: m.audioMessage.ptt ? "voice message" : "audio" }, m.audioMessage.contextInfo);
+  if (m.documentMessage) return found({ kind: "document", name: m.documentMessage.fileName ?? m.documentMessage.title }, m.documentMessage.contextInfo);
+  if (m.stickerMessage) return found({ kind: "sticker" }, m.stickerMessage.contextInfo);
+  if (m.locationMessage) return found({ kind: "location", name: m.locationMessage.name ?? m.locationMessage.address }, m.locationMessage.contextInfo);
+  if (m.liveLocationMessage) return found({ kind: "live location" }, m.liveLocationMessage.contextInfo);
+  if (m.contactMessage) return found({ kind: "contact", name: m.contactMessage.displayName }, m.contactMessage.contextInfo);
+  if (m.contactsArrayMessage) return found({ kind: "contact", name: m.contactsArrayMessage.displayName }, m.contactsArrayMessage.contextInfo);
+  const poll = m.pollCreationMessage ?? m.pollCreationMessageV2 ?? m.pollCreationMessageV3 ?? m.pollCreationMessageV5;
+  if (poll) return found({ kind: "poll", name: poll.name }, poll.contextInfo);
+  return undefined;
+}
+
+/** What a message says: its words, what it carried besides them, and whether it is an edit. */
 export function extractContent(message: proto.IMessage | null | undefined): ExtractedContent | undefined {
   let m = unwrap(message);
   let edited = false;
@@ -53,17 +117,11 @@ export function extractContent(message: proto.IMessage | null | undefined): Extr
     edited = true;
   }
   if (!m) return undefined;
-  const candidates: Array<[string | null | undefined, proto.IContextInfo | null | undefined]> = [
-    [m.conversation, undefined],
-    [m.extendedTextMessage?.text, m.extendedTextMessage?.contextInfo],
-    [m.imageMessage?.caption, m.imageMessage?.contextInfo],
-    [m.videoMessage?.caption, m.videoMessage?.contextInfo],
-    [m.documentMessage?.caption, m.documentMessage?.contextInfo],
-  ];
-  for (const [text, contextInfo] of candidates) {
-    if (typeof text === "string" && text.trim() !== "") return { text, contextInfo, edited };
-  }
-  return undefined;
+  const words = wordsOf(m);
+  const media = mediaOf(m);
+  // Neither: a reaction, a revoke or another protocol message, an album's own message…
+  if (!words && !media) return undefined;
+  return { text: words?.text ?? "", media: media?.media, contextInfo: words ? words.contextInfo : media?.contextInfo, edited, album: albumOf(message) };
 }
 
 function isSelf(jid: string | null | undefined, self: SelfIdentity): boolean {
@@ -106,10 +164,10 @@ async function identityFor(jid: string, alternatives: Array<string | null | unde
 }
 
 /**
- * Returns null for everything that is not a text message from someone else in a DM or group (live,
- * or replayed after an outage):
- * our own messages (fromMe), status updates, broadcast lists, newsletters, reactions, stickers,
- * protocol messages.
+ * Returns null for everything that is not a text or media message from someone else in a DM or
+ * group (live, or replayed after an outage): our own messages (fromMe), status updates, broadcast
+ * lists, newsletters, reactions, protocol messages, and an album's items after the one that
+ * stands for it.
  */
 export async function mapInbound(msg: WAMessage, ctx: MapContext): Promise<InboundMessage | null> {
   const key = msg.key;
@@ -120,17 +178,19 @@ export async function mapInbound(msg: WAMessage, ctx: MapContext): Promise<Inbou
   if (kind !== "pn" && kind !== "lid" && kind !== "group") return null;
   const content = extractContent(msg.message);
   if (!content) return null;
+  if (content.album !== undefined && !ctx.albums.admit({ album: `${chatJid}:${content.album}`, captioned: content.text.trim() !== "" }, messageId)) return null;
 
   // v7 carries the phone JID in *Alt fields when the primary one is a LID; older rcs used senderPn.
   const legacy = key as { senderPn?: string; participantPn?: string };
   const ci = content.contextInfo;
   const quotedOurs = (!!ci?.stanzaId && ctx.isOwnMessageId(ci.stanzaId)) || isSelf(ci?.participant, ctx.self);
   const mentioned = (ci?.mentionedJid ?? []).some((jid) => isSelf(jid, ctx.self));
+  // A forward relays someone else's mention of us: content, not addressing.
+  const words = mentioned && !ci?.isForwarded ? stripLeadingSelfMention(content.text, ctx.self) : content.text;
   const common = {
     channel: "whatsapp" as const,
     accountId: ctx.accountId,
-    // A forward relays someone else's mention of us: content, not addressing.
-    text: mentioned && !ci?.isForwarded ? stripLeadingSelfMention(content.text, ctx.self) : content.text,
+    text: content.media ? withMedia(words, [mediaPlaceholder(content.media)]) : words,
     messageId,
     // A forward carries someone else's mentions and quote: relaying them does not address us.
     wasMentioned: !ci?.isForwarded && (mentioned || quotedOurs),

@@ -49,7 +49,10 @@ export interface InboundMessage {
   timestamp: number;
   /** A forwarded message: never treated as a command. */
   forwarded?: boolean;
-  /** An edit of an earlier message: never treated as a command. */
+  /**
+   * An edit of an earlier message: neither a command nor a prompt (an owner who edits a message
+   * into a command is told to send it anew).
+   */
   edited?: boolean;
 }
 

@@ -423,10 +423,17 @@ export class InboundRouter {
       return this.finish(rec);
     }
 
-    // An edit never runs a command (an old message edited into "/send off" would be a spoofing
-    // vector), and command text is no prompt either: the owner is told to send it anew, anyone
-    // else is ignored as their commands are (interfaces §5).
-    if (msg.edited && this.commandText(msg)) {
+    if (msg.edited) {
+      // An edit is not a new prompt: a user who fixes a typo would get a second answer. Nor is it
+      // recorded: the transcript keeps the message as first said, and the fixed text as a user
+      // turn of its own would read to the model as one more message, still to be answered.
+      if (!this.commandText(msg)) {
+        log.debug("edited message ignored: an edit is not a new prompt");
+        return this.finish(rec);
+      }
+      // Nor does an edit run a command (an old message edited into "/send off" would be a
+      // spoofing vector): the owner is told to send it anew, anyone else is ignored as their
+      // commands are (interfaces §5).
       if (!isOwner(config, msg.channel, msg.senderId)) {
         log.warn({ senderId: msg.senderId }, "edited message reading as a command ignored");
         return this.finish(rec);

@@ -1,5 +1,5 @@
 /** Pure parts of the Discord adapter: error mapping, conversation mapping, command text. */
-import { type ChatInputCommandInteraction, ChannelType, Collection, DiscordAPIError, DiscordjsError, DiscordjsErrorCodes, HTTPError, type Message, MessageReferenceType, RateLimitError, type REST } from "discord.js";
+import { type ChatInputCommandInteraction, ChannelType, Collection, DiscordAPIError, DiscordjsError, DiscordjsErrorCodes, HTTPError, type Message, MessageFlags, MessageFlagsBitField, MessageReferenceType, RateLimitError, type REST } from "discord.js";
 import pino from "pino";
 import { describe, expect, it } from "vitest";
 import { commandText, commandsHash, NATIVE_COMMANDS, registerCommands } from "../../adapters/discord/commands.js";
@@ -138,6 +138,9 @@ describe("mapMessage", () => {
       channel: { id: "c1", type: ChannelType.GuildText, name: "general", isThread: () => false },
       content: "<@7> summarise this",
       attachments: new Collection(),
+      stickers: new Collection(),
+      flags: new MessageFlagsBitField(),
+      poll: null,
       mentions: { users: new Collection([["7", { id: "7" }]]), roles: new Collection(), repliedUser: null },
       member: null,
       createdTimestamp: 1_700_000_000_000,
@@ -155,7 +158,7 @@ describe("mapMessage", () => {
     const forward = guildMessage({
       content: "",
       reference: { type: MessageReferenceType.Forward, messageId: "800", channelId: "c2" },
-      messageSnapshots: new Collection([["800", { content: "<@7> summarise this" }]]),
+      messageSnapshots: new Collection([["800", snapshot({ content: "<@7> summarise this" })]]),
     });
     expect(mapMessage(forward, self)).toMatchObject({ forwarded: true, wasMentioned: false, text: "summarise this" });
   });
@@ -169,12 +172,32 @@ describe("mapMessage", () => {
     expect(mapMessage(guildMessage({ member: { displayName: "Ali (mod)" } }), self)?.senderName).toBe("Ali (mod)");
   });
 
-  it("attachments are listed with their URLs, so a file sent without text still reaches the core", () => {
-    const file = guildMessage({ content: "", attachments: new Collection([["1", { name: "plan.pdf", url: "https://cdn.example/plan.pdf" }]]) });
-    expect(mapMessage(file, self)?.text).toBe("[attachment: plan.pdf] https://cdn.example/plan.pdf");
+  /** A forward's snapshot: what was forwarded, without the message's own fields. */
+  function snapshot(extra: Record<string, unknown> = {}) {
+    return { content: "", attachments: new Collection(), stickers: new Collection(), flags: new MessageFlagsBitField(), ...extra };
+  }
+  const files = (...list: Array<{ name: string; contentType?: string }>) =>
+    new Collection(list.map((f, i) => [String(i), { contentType: null, ...f, url: `https://cdn.example/${f.name}` }]));
+
+  it.each<[string, Record<string, unknown>, string]>([
+    ["a file sent without text reaches the core as its placeholder and URL", { content: "", attachments: files({ name: "plan.pdf" }) }, "[document: plan.pdf] https://cdn.example/plan.pdf"],
+    ["an image is a photo, a GIF a GIF, by content type", { content: "", attachments: files({ name: "cat.png", contentType: "image/png" }, { name: "dance.gif", contentType: "image/gif" }) }, "[photo: cat.png] https://cdn.example/cat.png\n[GIF: dance.gif] https://cdn.example/dance.gif"],
+    ["a video and an audio file", { content: "", attachments: files({ name: "clip.mp4", contentType: "video/mp4" }, { name: "song.mp3", contentType: "audio/mpeg" }) }, "[video: clip.mp4] https://cdn.example/clip.mp4\n[audio: song.mp3] https://cdn.example/song.mp3"],
+    ["a voice message (its flag) is one, whatever its file", { content: "", flags: new MessageFlagsBitField(MessageFlags.IsVoiceMessage), attachments: files({ name: "voice-message.ogg", contentType: "audio/ogg" }) }, "[voice message] https://cdn.example/voice-message.ogg"],
+    ["a sticker alone is a message", { content: "", stickers: new Collection([["5", { name: "Wave" }]]) }, "[sticker: Wave]"],
+    ["a poll by its question", { content: "", poll: { question: { text: "Lunch?" } } }, "[poll: Lunch?]"],
+    ["words come first, each medium on a line of its own", { content: "<@7> what is this?", attachments: files({ name: "cat.png", contentType: "image/png" }) }, "what is this?\n[photo: cat.png] https://cdn.example/cat.png"],
+    ["a file named like a command is no command", { content: "", attachments: files({ name: "/send off" }) }, "[document: /send off] https://cdn.example//send off"],
+    [
+      "a forwarded photo: its media come from the snapshot",
+      { content: "", reference: { type: MessageReferenceType.Forward, messageId: "800", channelId: "c2" }, messageSnapshots: new Collection([["800", snapshot({ attachments: files({ name: "cat.png", contentType: "image/png" }) })]]) },
+      "[photo: cat.png] https://cdn.example/cat.png",
+    ],
+  ])("%s", (_name, extra, text) => {
+    expect(mapMessage(guildMessage(extra), self)?.text).toBe(text);
   });
 
-  it("a message without text or attachments (content withheld, a sticker) is not a message", () => {
+  it("a message with neither text, media nor a poll (content withheld) is not a message", () => {
     expect(mapMessage(guildMessage({ content: "" }), self)).toBeNull();
   });
 

@@ -403,6 +403,20 @@ describe("discord adapter: inbound mapping", () => {
     await vi.waitFor(() => expect(h.inbound).toHaveLength(1), waitOpts);
     expect(h.inbound[0]).toMatchObject({ text: "/send on", forwarded: true, wasMentioned: false, peerId: h.fake.ids.general });
   });
+
+  it("a sticker alone, a voice message and a forwarded photo reach the core as placeholders saying what was sent", async () => {
+    const h = await started();
+    h.fake.injectDM({ content: "", stickers: [{ name: "Wave" }] });
+    h.fake.injectDM({ content: "", flags: 1 << 13, attachments: [{ filename: "voice-message.ogg", content_type: "audio/ogg" }] });
+    h.fake.injectDM({ content: "", forwarded: true, attachments: [{ filename: "cat.png", content_type: "image/png" }] });
+    await vi.waitFor(() => expect(h.inbound).toHaveLength(3), waitOpts);
+    expect(h.inbound.map((m) => m.text)).toEqual([
+      "[sticker: Wave]",
+      expect.stringMatching(/^\[voice message\] https:\/\/cdn\.discordapp\.com\/attachments\/\d+\/\d+\/voice-message\.ogg$/),
+      expect.stringMatching(/^\[photo: cat\.png\] https:\/\/cdn\.discordapp\.com\/.+\/cat\.png$/),
+    ]);
+    expect(h.inbound[2].forwarded).toBe(true);
+  });
 });
 
 describe("discord adapter: send", () => {

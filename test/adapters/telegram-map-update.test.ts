@@ -178,13 +178,52 @@ describe("telegram mapUpdate: forwarded and edited", () => {
   });
 });
 
+describe("telegram mapUpdate: media", () => {
+  const media = (extra: Partial<TgMessage>) => msg(dm, { text: undefined, ...extra });
+  const cases: { name: string; message: TgMessage; text: string }[] = [
+    { name: "P1 a photo without a caption", message: media({ photo: [{}] }), text: "[photo]" },
+    { name: "P2 a voice message", message: media({ voice: {} }), text: "[voice message]" },
+    { name: "P3 a document by its file name", message: media({ document: { file_name: "report.pdf" } }), text: "[document: report.pdf]" },
+    { name: "P4 a sticker by its emoji", message: media({ sticker: { emoji: "😀" } }), text: "[sticker: 😀]" },
+    { name: "P5 a GIF (Telegram fills `document` too)", message: media({ animation: { file_name: "giphy.mp4" }, document: { file_name: "giphy.mp4" } }), text: "[GIF]" },
+    { name: "P6 a video", message: media({ video: {} }), text: "[video]" },
+    { name: "P6b a round video message", message: media({ video_note: {} }), text: "[video message]" },
+    { name: "P7 audio by its title, else its file name", message: media({ audio: { title: "Song", file_name: "song.mp3" } }), text: "[audio: Song]" },
+    { name: "P7b audio without a title", message: media({ audio: { file_name: "song.mp3" } }), text: "[audio: song.mp3]" },
+    { name: "P8 a location", message: media({ location: { latitude: 1, longitude: 2 } }), text: "[location]" },
+    { name: "P8b a live location", message: media({ location: { latitude: 1, longitude: 2, live_period: 900 } }), text: "[live location]" },
+    { name: "P8c a venue by its name (Telegram fills `location` too)", message: media({ venue: { title: "Café Nord" }, location: { latitude: 1, longitude: 2 } }), text: "[location: Café Nord]" },
+    { name: "P9 a contact by name", message: media({ contact: { first_name: "Ada", last_name: "Lovelace" } }), text: "[contact: Ada Lovelace]" },
+    { name: "P10 a poll by its question", message: media({ poll: { question: "Lunch?" } }), text: "[poll: Lunch?]" },
+    { name: "P11 a captioned photo: the caption, then the placeholder", message: media({ photo: [{}], caption: "look at this" }), text: "look at this\n[photo]" },
+    { name: "P12 a caption led by a mention of us: the mention is dropped as from a text", message: msg(group, { text: undefined, photo: [{}], caption: "@SwitchboardTestBot what is it?", caption_entities: mention("@SwitchboardTestBot what is it?", "@SwitchboardTestBot") }), text: "what is it?\n[photo]" },
+    { name: "P13 a captioned command stays on the first line, where commands are read", message: media({ photo: [{}], caption: "/status@SwitchboardTestBot" }), text: "/status\n[photo]" },
+    { name: "P14 a document named like a command is no command", message: media({ document: { file_name: "/send off" } }), text: "[document: /send off]" },
+  ];
+  it.each(cases)("$name", ({ message, text }) => {
+    expect(mapped(upd(message)).text).toBe(text);
+  });
+
+  it("P15 media without a caption in a group is gated like text: a mention only when it replies to the bot", () => {
+    expect(mapped(upd(msg(group, { text: undefined, photo: [{}] })))).toMatchObject({ text: "[photo]", chatType: "group", wasMentioned: false });
+    expect(mapped(upd(msg(group, { text: undefined, voice: {}, reply_to_message: msg(group, { message_id: 3, from: botUser }) })))).toMatchObject({ text: "[voice message]", wasMentioned: true });
+  });
+
+  it("P16 an album's items name their album (chat and media group), and whether they carry a caption", () => {
+    const item = (extra: Partial<TgMessage>) => mapUpdate(upd(msg(group, { text: undefined, photo: [{}], media_group_id: "g1", ...extra })), BOT, "default");
+    expect(item({ caption: "our trip" })).toMatchObject({ kind: "message", album: { album: "-5001:g1", captioned: true } });
+    expect(item({ message_id: 8 })).toMatchObject({ kind: "message", album: { album: "-5001:g1", captioned: false } });
+    expect(mapUpdate(upd(msg(group, { text: undefined, photo: [{}] })), BOT, "default")).not.toHaveProperty("album");
+  });
+});
+
 describe("telegram mapUpdate: ignored updates", () => {
   const cases: { name: string; update: TgUpdate; reason: string }[] = [
     { name: "I1 the bot's own message", update: upd(msg(group, { from: botUser })), reason: "own_message" },
     { name: "I2 channel_post update", update: { update_id: 1, channel_post: msg({ id: -100999, type: "channel", title: "News" }, { from: undefined }) }, reason: "channel_post" },
     { name: "I2b edited_channel_post update", update: { update_id: 1, edited_channel_post: msg({ id: -100999, type: "channel", title: "News" }, { from: undefined, edit_date: 1 }) }, reason: "channel_post" },
     { name: "I3 message in a channel chat", update: upd(msg({ id: -100999, type: "channel", title: "News" })), reason: "channel_post" },
-    { name: "I4 no text and no caption (sticker)", update: upd(msg(dm, { text: undefined })), reason: "no_text" },
+    { name: "I4 no text, no caption and no media (a service message: someone joined, a pin)", update: upd(msg(group, { text: undefined })), reason: "no_text" },
     { name: "I5 whitespace-only text", update: upd(msg(dm, { text: "  \n" })), reason: "no_text" },
     { name: "I6 no sender", update: upd(msg(group, { from: undefined })), reason: "no_sender" },
     { name: "I7 other update kinds (callback_query)", update: { update_id: 1, callback_query: { id: "x" } }, reason: "unsupported" },

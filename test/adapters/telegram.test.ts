@@ -296,16 +296,59 @@ describe("telegram adapter: inbound mapping", () => {
     expect(h.inbound[0].forwarded).toBe(true);
   });
 
-  it("I1 the bot's own messages and text-less messages are skipped, but the offset moves past them", async () => {
+  it("I1 the bot's own messages and service messages (someone joined) are skipped, but the offset moves past them", async () => {
     const h = await boot();
     const group = groupChat(-5001, "Family");
     h.api.injectText({ chat: group, from: h.api.bot, text: "echo of my own" });
-    h.api.injectText({ chat: group, from: alice }); // a sticker
+    h.api.pushUpdate({ message: { message_id: 900, from: alice, chat: group, date: 1_700_000_000, new_chat_members: [bob] } });
     const last = h.api.injectText({ chat: group, from: alice, text: "real" });
     await waitFor(() => h.inbound.length === 1);
     expect(h.inbound.map((m) => m.text)).toEqual(["real"]);
     await waitFor(async () => (await h.kv.get(OFFSET_KEY)) === last.update_id + 1);
     await waitFor(() => h.api.pendingUpdates.length === 0, 5000, "fake saw the confirming offset");
+  });
+});
+
+describe("telegram adapter: media", () => {
+  const group = groupChat(-5001, "Family");
+  const photo = { photo: [{ file_id: "p", file_unique_id: "p", width: 90, height: 90 }] };
+
+  it("P1 media without a caption reaches the core as a placeholder saying what was sent; a caption comes first", async () => {
+    const h = await boot();
+    const dm = privateChat(alice);
+    h.api.injectText({ chat: dm, from: alice }); // a sticker
+    h.api.injectText({ chat: dm, from: alice, media: { voice: { file_id: "v", duration: 3 } } });
+    h.api.injectText({ chat: dm, from: alice, media: { document: { file_id: "d", file_name: "report.pdf" } } });
+    h.api.injectText({ chat: dm, from: alice, caption: "look at this" });
+    await waitFor(() => h.inbound.length === 4);
+    expect(h.inbound.map((m) => m.text)).toEqual(["[sticker]", "[voice message]", "[document: report.pdf]", "look at this\n[photo]"]);
+  });
+
+  it("P2 an album is one message: its first item and its captioned ones; the other items are skipped, and the offset moves past them", async () => {
+    const h = await boot();
+    h.api.injectText({ chat: group, from: alice, caption: "our trip", mediaGroupId: "A" });
+    h.api.injectText({ chat: group, from: alice, media: photo, mediaGroupId: "A" });
+    h.api.injectText({ chat: group, from: alice, media: photo, mediaGroupId: "A" });
+    h.api.injectText({ chat: group, from: alice, media: photo, mediaGroupId: "B" });
+    h.api.injectText({ chat: group, from: alice, media: photo, mediaGroupId: "B" });
+    const last = h.api.injectText({ chat: group, from: alice, text: "next" });
+    await waitFor(() => h.inbound.length === 3);
+    expect(h.inbound.map((m) => m.text)).toEqual(["our trip\n[photo]", "[photo]", "next"]);
+    await waitFor(async () => (await h.kv.get(OFFSET_KEY)) === last.update_id + 1);
+  });
+
+  it("P3 an album's first item the core refused is handed over again when Telegram delivers it again, the rest still skipped", async () => {
+    const h = await boot();
+    let refusals = 1;
+    h.handler = async (m) => {
+      if (refusals-- > 0) throw new Error("store unavailable");
+      h.inbound.push(m);
+    };
+    h.api.injectText({ chat: group, from: alice, media: photo, mediaGroupId: "A" });
+    h.api.injectText({ chat: group, from: alice, media: photo, mediaGroupId: "A" });
+    await waitFor(() => h.inbound.length === 1);
+    await waitFor(() => h.api.pendingUpdates.length === 0, 5000, "both items confirmed");
+    expect(h.inbound.map((m) => m.text)).toEqual(["[photo]"]);
   });
 });
 

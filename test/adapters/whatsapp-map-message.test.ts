@@ -1,6 +1,7 @@
 import type { WAMessage, proto } from "@whiskeysockets/baileys";
 import { describe, expect, it } from "vitest";
 import { extractContent, mapInbound, type MapContext } from "../../adapters/whatsapp/map-message.js";
+import { AlbumGate } from "../../src/channels/album-gate.js";
 import { InboundMessageSchema } from "../../src/inbound/router.js";
 
 describe("extractContent", () => {
@@ -16,7 +17,6 @@ describe("extractContent", () => {
     ["edit", { protocolMessage: { type: 14, editedMessage: { conversation: "fixed" } } }, "fixed", true],
     ["edit inside its editedMessage wrapper", { editedMessage: { message: { protocolMessage: { type: 14, editedMessage: { conversation: "fixed" } } } } }, "fixed", true],
     ["edit of a captioned document", { protocolMessage: { type: 14, editedMessage: { documentWithCaptionMessage: { message: { documentMessage: { caption: "doc v2" } } } } } }, "doc v2", true],
-    ["image without caption", { imageMessage: {} }, undefined, false],
     ["reaction", { reactionMessage: { text: "👍" } }, undefined, false],
     ["revoke", { protocolMessage: { type: 0 } }, undefined, false],
     ["blank text", { conversation: "   " }, undefined, false],
@@ -28,12 +28,73 @@ describe("extractContent", () => {
   });
 });
 
+describe("mapInbound: media", () => {
+  const ctx = (): MapContext => ({ accountId: "default", self: { pn: "15550000001:7@s.whatsapp.net" }, isOwnMessageId: () => false, lookupPn: async () => undefined, albums: new AlbumGate() });
+  const dm = (message: proto.IMessage, id = "M1"): WAMessage => ({ key: { remoteJid: "15551234567@s.whatsapp.net", id, fromMe: false }, message, messageTimestamp: 1_700_000_000 });
+
+  it.each<[string, proto.IMessage, string]>([
+    ["a photo without a caption", { imageMessage: {} }, "[photo]"],
+    ["a voice message", { audioMessage: { ptt: true } }, "[voice message]"],
+    ["an audio file", { audioMessage: {} }, "[audio]"],
+    ["a document by its file name", { documentMessage: { fileName: "report.pdf" } }, "[document: report.pdf]"],
+    ["a document named like a command, no command", { documentMessage: { fileName: "/send off" } }, "[document: /send off]"],
+    ["a sticker", { stickerMessage: {} }, "[sticker]"],
+    ["a video", { videoMessage: {} }, "[video]"],
+    ["a GIF (a video played as one)", { videoMessage: { gifPlayback: true } }, "[GIF]"],
+    ["a round video message", { ptvMessage: {} }, "[video message]"],
+    ["a place by its name", { locationMessage: { degreesLatitude: 1, degreesLongitude: 2, name: "Café Nord" } }, "[location: Café Nord]"],
+    ["a live location", { liveLocationMessage: { degreesLatitude: 1, degreesLongitude: 2 } }, "[live location]"],
+    ["a contact", { contactMessage: { displayName: "Ada Lovelace" } }, "[contact: Ada Lovelace]"],
+    ["a poll by its question", { pollCreationMessageV3: { name: "Lunch?" } }, "[poll: Lunch?]"],
+    ["a view-once photo in a disappearing chat", { ephemeralMessage: { message: { viewOnceMessageV2: { message: { imageMessage: {} } } } } }, "[photo]"],
+    ["a captioned photo: the caption, then the placeholder", { imageMessage: { caption: "look" } }, "look\n[photo]"],
+    ["a captioned document", { documentWithCaptionMessage: { message: { documentMessage: { caption: "the plan", fileName: "plan.pdf" } } } }, "the plan\n[document: plan.pdf]"],
+    ["a captioned command stays on the first line, where commands are read", { imageMessage: { caption: "/status" } }, "/status\n[photo]"],
+  ])("%s", async (_name, message, text) => {
+    expect((await mapInbound(dm(message), ctx()))?.text).toBe(text);
+  });
+
+  it.each<[string, proto.IMessage]>([
+    ["a reaction", { reactionMessage: { text: "👍" } }],
+    ["a deletion (revoke)", { protocolMessage: { type: 0 } }],
+    ["an album's own message (it only says how many items follow)", { albumMessage: { expectedImageCount: 3 } }],
+  ])("%s is no message", async (_name, message) => {
+    expect(await mapInbound(dm(message), ctx())).toBeNull();
+  });
+
+  it("a sticker replying to our message in a group is a mention, as a text reply is; an unaddressed photo is not", async () => {
+    const group = (message: proto.IMessage): WAMessage => ({ ...dm(message), key: { remoteJid: "120363000000000001@g.us", id: "G1", fromMe: false, participant: "15551234567@s.whatsapp.net" } });
+    expect(await mapInbound(group({ stickerMessage: { contextInfo: { stanzaId: "X", participant: "15550000001@s.whatsapp.net" } } }), ctx())).toMatchObject({ text: "[sticker]", wasMentioned: true });
+    expect(await mapInbound(group({ imageMessage: {} }), ctx())).toMatchObject({ text: "[photo]", wasMentioned: false });
+  });
+
+  it("an album is one message: its first item and its captioned ones, however WhatsApp wraps them; another album is its own", async () => {
+    const item = (album: string, extra: proto.Message.IImageMessage = {}): proto.IMessage => ({
+      imageMessage: extra,
+      messageContextInfo: { messageAssociation: { associationType: 1, parentMessageKey: { remoteJid: "15551234567@s.whatsapp.net", id: album } } },
+    });
+    const c = ctx();
+    const texts: Array<string | null> = [];
+    for (const [id, message] of [
+      ["I1", { associatedChildMessage: { message: item("ALBUM1") } }],
+      ["I2", item("ALBUM1")],
+      ["I3", item("ALBUM1", { caption: "and this one" })],
+      ["I4", { ephemeralMessage: { message: item("ALBUM1") } }],
+      ["I5", item("ALBUM2")],
+    ] as const) {
+      texts.push((await mapInbound(dm(message, id), c))?.text ?? null);
+    }
+    expect(texts).toEqual(["[photo]", null, "and this one\n[photo]", null, "[photo]"]);
+  });
+});
+
 describe("mapInbound edge cases", () => {
   const ctx: MapContext = {
     accountId: "default",
     self: { pn: "15550000001:7@s.whatsapp.net", lid: "90000000000001:7@lid" },
     isOwnMessageId: (id) => id === "OURS",
     lookupPn: async () => undefined,
+    albums: new AlbumGate(),
   };
   const dm = (over: Partial<WAMessage> = {}): WAMessage => ({
     key: { remoteJid: "15551234567@s.whatsapp.net", id: "M1", fromMe: false },

@@ -239,6 +239,17 @@ describe("whatsapp adapter: inbound", () => {
     expect(inbound[0]).toMatchObject({ senderId: "+15551234567", peerId: "+15551234567", to: ALICE_LID });
   });
 
+  it("media without a caption reaches the core as a placeholder; an album (its own message, then its items) is one message", async () => {
+    const { wa, inbound } = await connected();
+    wa.injectContent({ chatJid: ALICE_PN }, { audioMessage: { ptt: true, seconds: 4 } });
+    const album = wa.injectContent({ chatJid: ALICE_PN }, { albumMessage: { expectedImageCount: 3 } });
+    const item = { imageMessage: { mimetype: "image/jpeg" }, messageContextInfo: { messageAssociation: { associationType: 1, parentMessageKey: album.key } } };
+    for (let i = 0; i < 3; i++) wa.injectContent({ chatJid: ALICE_PN }, item);
+    wa.injectText({ chatJid: ALICE_PN, text: "marker" });
+    await waitFor(() => inbound.some((m) => m.text === "marker"), "marker");
+    expect(inbound.map((m) => m.text)).toEqual(["[voice message]", "[photo]", "marker"]);
+  });
+
   it("hands messages to the core one at a time, in the order WhatsApp delivered them", async () => {
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));

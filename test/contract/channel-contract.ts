@@ -15,6 +15,11 @@ export interface ContractContext {
   dm(who: Who, text: string): Promise<void>;
   /** Inject a group message; `mentioned` addresses the bot. */
   group(who: Who, text: string, mentioned: boolean): Promise<void>;
+  /** Edit the direct message `who` sent last, as the platform delivers an edit. */
+  editDm(who: Who, text: string): Promise<void>;
+  /** Inject a photo without a caption from `who`, directly or in the group (not addressing the bot). */
+  dmPhoto(who: Who): Promise<void>;
+  groupPhoto(who: Who): Promise<void>;
   /** Texts the platform received for the DM of `who` / for the group, in order. */
   dmSent(who: Who): string[];
   groupSent(): string[];
@@ -33,9 +38,11 @@ export interface ContractContext {
 export interface ContractDriver {
   channel: ChannelId;
   chunkLimit: number;
-  /** Web chat has no groups and no platform limit: those cases do not apply to it. */
+  /** Web chat has no groups, no platform limit, no edits and no media: those cases do not apply to it. */
   groups?: boolean;
   chunking?: boolean;
+  edits?: boolean;
+  media?: boolean;
   start(): Promise<ContractContext>;
 }
 
@@ -72,6 +79,45 @@ export function runChannelContract(driver: ContractDriver): void {
       await c.dm("stranger", "after the drop");
       await vi.waitFor(() => expect(c.dmSent("stranger")).toEqual(["echo: before", "echo: after the drop"]), WAIT);
     });
+
+    /** The user turns of a session's transcript, in order. */
+    const said = async (c: ContractContext, key: string) => {
+      const entry = c.harness.app.sessions.require(key);
+      return (await c.harness.app.transcripts.readMessages(c.harness.app.sessions.transcriptPath(entry))).flatMap((m) => (m.role === "user" ? [m.content] : []));
+    };
+
+    if (driver.edits !== false) {
+      it("an edit is not a new prompt: a user who fixes a typo is answered once, and the transcript keeps what was first said", async () => {
+        const c = await start();
+        await c.dm("stranger", "helo");
+        await vi.waitFor(() => expect(c.dmSent("stranger")).toEqual(["echo: helo"]), WAIT);
+        await c.editDm("stranger", "hello");
+        // The next message waits in the session's lane behind the edit: once it is answered, the edit was handled.
+        await c.dm("stranger", "and then?");
+        await vi.waitFor(() => expect(c.dmSent("stranger")).toEqual(["echo: helo", "echo: and then?"]), WAIT);
+        await c.harness.app.router.idle();
+        expect(c.harness.model.requests).toHaveLength(2);
+        expect(await said(c, "agent:main:main")).toEqual(["helo", "and then?"]);
+      });
+    }
+
+    if (driver.media !== false) {
+      it("media without a caption reaches the agent as a placeholder saying what was sent, and is answered", async () => {
+        const c = await start();
+        await c.dmPhoto("stranger");
+        await vi.waitFor(() => expect(c.dmSent("stranger")).toEqual([expect.stringMatching(/^echo: \[photo\b/)]), WAIT);
+      });
+    }
+
+    if (driver.groups !== false && driver.media !== false) {
+      it("mention gating: a photo without a caption in a group is recorded as its placeholder, not answered", async () => {
+        const c = await start();
+        await c.groupPhoto("stranger");
+        await vi.waitFor(async () => expect(await said(c, c.groupKey)).toEqual([expect.stringMatching(/\[photo\b/)]), WAIT);
+        await c.harness.app.router.idle();
+        expect(c.groupSent()).toEqual([]);
+      });
+    }
 
     if (driver.groups !== false) {
       it("D1 R2 R23 a mentioned group message lands in the group key and the reply returns to the group", async () => {

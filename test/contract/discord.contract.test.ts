@@ -1,3 +1,4 @@
+import { ChannelType, type APIMessage } from "discord.js";
 import pino from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { FakeDiscord } from "../fakes/discord-api.js";
@@ -19,13 +20,24 @@ runChannelContract({
     });
     let sends = 0;
     const texts = (channelId: string) => fake.sent(channelId).map((m) => m.content);
+    const lastDm = new Map<Who, APIMessage>();
+    const photo = [{ filename: "cat.png", content_type: "image/png" }];
     return {
       harness,
       async dm(who, text) {
-        fake.injectDM({ author: users[who], content: text });
+        lastDm.set(who, fake.injectDM({ author: users[who], content: text }));
       },
       async group(who, text, mentioned) {
         fake.injectMessage({ channelId: fake.ids.general, author: users[who], content: mentioned ? `<@${fake.ids.bot}> ${text}` : text });
+      },
+      async editDm(who, text) {
+        fake.dispatch("MESSAGE_UPDATE", { ...lastDm.get(who), content: text, edited_timestamp: new Date().toISOString(), channel_type: ChannelType.DM });
+      },
+      async dmPhoto(who) {
+        fake.injectDM({ author: users[who], content: "", attachments: photo });
+      },
+      async groupPhoto(who) {
+        fake.injectMessage({ channelId: fake.ids.general, author: users[who], content: "", attachments: photo });
       },
       dmSent: (who) => texts(fake.dmChannelId(users[who])),
       groupSent: () => texts(fake.ids.general),

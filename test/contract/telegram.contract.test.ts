@@ -20,13 +20,25 @@ runChannelContract({
     await api.waitForCall("getUpdates");
     let sends = 0;
     const texts = (chatId: number) => api.sent.filter((m) => m.chat.id === chatId).map((m) => m.text ?? "");
+    const lastDm = new Map<Who, number>();
+    const photo = { photo: [{ file_id: "photo-1", file_unique_id: "p1", width: 90, height: 90 }] };
     return {
       harness,
       async dm(who, text) {
-        api.injectText({ chat: privateChat(users[who]), from: users[who], text });
+        const update = api.injectText({ chat: privateChat(users[who]), from: users[who], text });
+        lastDm.set(who, (update.message as { message_id: number }).message_id);
       },
       async group(who, text, mentioned) {
         api.injectText({ chat: GROUP, from: users[who], text: mentioned ? `@${api.bot.username} ${text}` : text });
+      },
+      async editDm(who, text) {
+        api.injectText({ chat: privateChat(users[who]), from: users[who], text, editOf: lastDm.get(who) });
+      },
+      async dmPhoto(who) {
+        api.injectText({ chat: privateChat(users[who]), from: users[who], media: photo });
+      },
+      async groupPhoto(who) {
+        api.injectText({ chat: GROUP, from: users[who], media: photo });
       },
       dmSent: (who) => texts(users[who].id),
       groupSent: () => texts(GROUP.id),

@@ -29,6 +29,8 @@ runChannelContract({
   chunkLimit: Number.MAX_SAFE_INTEGER,
   groups: false,
   chunking: false,
+  edits: false,
+  media: false,
   async start(): Promise<ContractContext> {
     const harness = await startHarness();
     const page = await webchat(harness);
@@ -36,6 +38,15 @@ runChannelContract({
       harness,
       dm: async (_who, text) => void (await page.send(text)),
       group: async () => {
+        throw new Error("web chat has no groups");
+      },
+      editDm: async () => {
+        throw new Error("web chat has no edits");
+      },
+      dmPhoto: async () => {
+        throw new Error("web chat sends no media");
+      },
+      groupPhoto: async () => {
         throw new Error("web chat has no groups");
       },
       dmSent: () => page.finals,

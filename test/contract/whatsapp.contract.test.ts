@@ -38,15 +38,26 @@ runChannelContract({
     });
     const texts = (jid: string) => wa.sent.filter((m) => m.jid === jid).map((m) => m.text);
     const dmJid = (who: Who) => `${phones[who]}@s.whatsapp.net`;
+    const lastDm = new Map<Who, string>();
+    const photo = { imageMessage: { mimetype: "image/jpeg", url: "https://mmg.whatsapp.net/v/t62/photo.enc" } };
     await waitOpen(harness);
     return {
       harness,
       async dm(who, text) {
-        wa.injectText({ chatJid: dmJid(who), text });
+        lastDm.set(who, wa.injectText({ chatJid: dmJid(who), text }).key.id!);
       },
       async group(who, text, mentioned) {
         // WhatsApp clients write a mention into the text as "@<number>" beside its JID.
         wa.injectText({ chatJid: GROUP, participant: dmJid(who), ...(mentioned ? { text: `@15550000001 ${text}`, mentionedJids: ["15550000001@s.whatsapp.net"] } : { text }) });
+      },
+      async editDm(who, text) {
+        wa.injectEdit({ chatJid: dmJid(who), of: lastDm.get(who)!, text });
+      },
+      async dmPhoto(who) {
+        wa.injectContent({ chatJid: dmJid(who) }, photo);
+      },
+      async groupPhoto(who) {
+        wa.injectContent({ chatJid: GROUP, participant: dmJid(who) }, photo);
       },
       dmSent: (who) => texts(dmJid(who)),
       groupSent: () => texts(GROUP),

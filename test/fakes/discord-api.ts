@@ -22,7 +22,7 @@
  * - Optional rate-limit enforcement emits `x-ratelimit-*` headers so @discordjs/rest paces itself;
  *   `bucketHeadersOnSuccess: false` leaves them off successful sends (429s still carry them and
  *   `retry-after`), so only the client's own limiter can keep it under the limit.
- * Not modelled: sharding, attachments/multipart, non-ephemeral interaction replies on the gateway.
+ * Not modelled: sharding, the bot's own uploads (multipart), non-ephemeral interaction replies on the gateway.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -165,6 +165,12 @@ export interface InjectMessageOptions {
   replyPing?: boolean;
   /** Deliver as a forward: top-level content empty, `content` inside message_snapshots. */
   forwarded?: boolean;
+  /** Files the message carries, listed as Discord lists them (in the snapshot, for a forward). */
+  attachments?: Array<{ filename: string; content_type?: string }>;
+  /** Stickers the message carries (`sticker_items`). */
+  stickers?: Array<{ name: string }>;
+  /** Message flags, e.g. IsVoiceMessage (1 << 13). */
+  flags?: number;
 }
 
 export interface SlashCommandOptions {
@@ -618,23 +624,32 @@ export class FakeDiscord {
     const guildRoles: string[] = channel.guildId ? [this.ids.botRole, this.ids.staffRole] : [];
     const mentionedRoles = [...new Set([...opts.content.matchAll(/<@&(\d+)>/g)].map((m) => m[1]!))].filter((id) => guildRoles.includes(id));
     const forwarded = opts.forwarded === true;
+    // What the author posted: the message's own, or the forwarded snapshot's.
+    const posted = {
+      content: opts.content,
+      attachments: (opts.attachments ?? []).map((a) => {
+        const id = snowflake(now);
+        const url = `https://cdn.discordapp.com/attachments/${channel.id}/${id}/${a.filename}`;
+        return { id, filename: a.filename, size: 1024, url, proxy_url: url, ...(a.content_type ? { content_type: a.content_type } : {}) };
+      }),
+      ...(opts.stickers ? { sticker_items: opts.stickers.map((st) => ({ id: snowflake(now), name: st.name, format_type: 1 })) } : {}),
+      flags: opts.flags ?? 0,
+    };
     const msg: Json = {
       id: snowflake(now),
       channel_id: channel.id,
       author: this.userPayload(author),
-      content: forwarded ? "" : opts.content,
+      ...(forwarded ? { content: "", attachments: [], flags: 0 } : posted),
       timestamp: new Date(now).toISOString(),
       edited_timestamp: null,
       tts: false,
       mention_everyone: !forwarded && !!channel.guildId && /@(everyone|here)\b/.test(opts.content),
       mentions: forwarded ? [] : [...mentioned.values()].map((u) => this.userPayload(u)),
       mention_roles: forwarded ? [] : mentionedRoles,
-      attachments: [],
       embeds: [],
       components: [],
       pinned: false,
       type: referenced ? 19 : 0,
-      flags: 0,
       ...(opts.nonce !== undefined ? { nonce: opts.nonce } : {}),
     };
     if (referenced) {
@@ -644,7 +659,7 @@ export class FakeDiscord {
     if (forwarded) {
       msg.message_reference = { type: 1, message_id: snowflake(now - 60_000), channel_id: this.ids.random, guild_id: this.ids.guild };
       msg.message_snapshots = [
-        { message: { type: 0, content: opts.content, embeds: [], attachments: [], timestamp: new Date(now - 60_000).toISOString(), edited_timestamp: null, flags: 0, mentions: [], mention_roles: [] } },
+        { message: { type: 0, ...posted, embeds: [], timestamp: new Date(now - 60_000).toISOString(), edited_timestamp: null, mentions: [], mention_roles: [] } },
       ];
     }
     const built = msg as unknown as APIMessage;

@@ -136,6 +136,13 @@ export interface InjectTextOptions {
   /** Deliver as edited_message of this earlier message id. */
   editOf?: number;
   forwardedFrom?: FakeUser;
+  /**
+   * The message's media fields as Telegram sends them (`{ voice: {…} }`, `{ document: { file_name } }`),
+   * instead of the photo a caption comes with or the sticker a message with neither text nor caption is.
+   */
+  media?: Record<string, unknown>;
+  /** The album this message is an item of (Telegram's media_group_id). */
+  mediaGroupId?: string;
 }
 
 export const ok = (result: unknown): ApiReply => ({ ok: true, result });
@@ -339,14 +346,16 @@ export class FakeTelegramBotApi {
     const msg: FakeMessage = { message_id: id, from: o.from, chat: o.chat, date: editing?.date ?? this.unixNow() };
     if (o.caption !== undefined) {
       msg.caption = o.caption;
-      msg.photo = [{ file_id: `photo-${id}`, file_unique_id: `u${id}`, width: 90, height: 90 }];
       if (ents.length) msg.caption_entities = ents;
+      if (!o.media) msg.photo = [{ file_id: `photo-${id}`, file_unique_id: `u${id}`, width: 90, height: 90 }];
     } else if (o.text !== undefined) {
       msg.text = o.text;
       if (ents.length) msg.entities = ents;
-    } else {
+    } else if (!o.media) {
       msg.sticker = { file_id: `sticker-${id}`, file_unique_id: `s${id}`, type: "regular", width: 512, height: 512 };
     }
+    if (o.media) Object.assign(msg, o.media);
+    if (o.mediaGroupId !== undefined) msg.media_group_id = o.mediaGroupId;
     this.applyThread(msg, o);
     if (o.forwardedFrom) msg.forward_origin = { type: "user", date: this.unixNow() - 60, sender_user: o.forwardedFrom };
     if (o.editOf !== undefined) msg.edit_date = this.unixNow();

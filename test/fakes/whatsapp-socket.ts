@@ -39,19 +39,15 @@ export interface SentRecord {
   quotedId?: string;
 }
 
-export interface InjectTextOptions {
+export interface InjectOptions {
   /** remoteJid: a phone JID, a LID, or a group JID. */
   chatJid: string;
-  text: string;
   /** Group sender (phone JID or LID). */
   participant?: string;
   /** Group sender's phone JID when `participant` is a LID. */
   participantAlt?: string;
   /** DM sender's phone JID when `chatJid` is a LID. */
   remoteJidAlt?: string;
-  mentionedJids?: string[];
-  /** Reply to a message: its id and (in groups) its author. */
-  quoted?: { id: string; participant?: string };
   fromMe?: boolean;
   id?: string;
   pushName?: string;
@@ -59,6 +55,13 @@ export interface InjectTextOptions {
   type?: "notify" | "append";
   /** Unix seconds. */
   timestampSec?: number;
+}
+
+export interface InjectTextOptions extends InjectOptions {
+  text: string;
+  mentionedJids?: string[];
+  /** Reply to a message: its id and (in groups) its author. */
+  quoted?: { id: string; participant?: string };
 }
 
 /** Baileys' errors are Boom errors; the adapter only relies on `output.statusCode`. */
@@ -222,7 +225,11 @@ export class FakeWhatsApp {
       contextInfo.quotedMessage = { conversation: "(quoted)" };
     }
     // WhatsApp clients send plain text as `conversation`, and anything with context as extendedTextMessage.
-    const content: proto.IMessage = Object.keys(contextInfo).length ? { extendedTextMessage: { text: opts.text, contextInfo } } : { conversation: opts.text };
+    return this.injectContent(opts, Object.keys(contextInfo).length ? { extendedTextMessage: { text: opts.text, contextInfo } } : { conversation: opts.text });
+  }
+
+  /** Delivers a message of any content (media, an album item…) from a sender, as injectText does text. */
+  injectContent(opts: InjectOptions, content: proto.IMessage): WAMessage {
     return this.injectMessage(
       {
         key: {
@@ -241,6 +248,15 @@ export class FakeWhatsApp {
       },
       opts.type ?? "notify",
     );
+  }
+
+  /**
+   * The sender edits their message `of` to `text`: WhatsApp delivers the edit as a message of its
+   * own id carrying a MESSAGE_EDIT protocol message, inside its editedMessage wrapper.
+   */
+  injectEdit(opts: InjectOptions & { of: string; text: string }): WAMessage {
+    const original = { remoteJid: opts.chatJid, fromMe: false, id: opts.of, ...(opts.participant ? { participant: opts.participant } : {}) };
+    return this.injectContent(opts, { editedMessage: { message: { protocolMessage: { type: proto.Message.ProtocolMessage.Type.MESSAGE_EDIT, key: original, editedMessage: { conversation: opts.text } } } } });
   }
 
   /** Delivers any WAMessage (media, protocol messages, recorded fixtures) on the newest socket. */

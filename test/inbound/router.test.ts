@@ -209,6 +209,21 @@ describe("inbound router", () => {
     expect(telegram.sent.map((m) => m.text)).toContain(EDITED_COMMAND_REPLY);
   });
 
+  it("an edit is not a new prompt: it runs nothing and answers nothing, directly or mentioning the bot in a group, and the transcript keeps what was first said", async () => {
+    const { h, telegram } = await boot();
+    await h.app.router.accept(inbound({ senderId: STRANGER, peerId: STRANGER, to: STRANGER, text: "helo" }));
+    await vi.waitFor(() => expect(telegram.textsTo(STRANGER)).toEqual(["echo: helo"]));
+    await h.app.router.accept(inbound({ senderId: STRANGER, peerId: STRANGER, to: STRANGER, text: "hello", edited: true }));
+    await h.app.router.accept(inbound({ senderId: OWNER, chatType: "group", wasMentioned: true, text: "@bot what now", edited: true }));
+    await h.app.router.idle();
+    await vi.waitFor(() => expect(h.app.outbox.pending).toBe(0));
+    expect(h.model.requests).toHaveLength(1);
+    expect(telegram.sent.map((m) => m.text)).toEqual(["echo: helo"]);
+    const entry = h.app.sessions.require("agent:main:main");
+    expect((await h.app.transcripts.readMessages(h.app.sessions.transcriptPath(entry))).flatMap((m) => (m.role === "user" ? [m.content] : []))).toEqual(["helo"]);
+    expect(h.app.sessions.get("agent:main:telegram:group:-100200")).toBeUndefined();
+  });
+
   it("R28 an edit into a command runs neither the command nor a prompt: the owner is told to send it anew, a stranger is ignored", async () => {
     const { h, telegram } = await boot();
     await h.app.router.accept(inbound({ senderId: STRANGER, edited: true, text: "/status" }));

@@ -103,7 +103,7 @@ describe("/send spoofing corpus", () => {
     expect(policyReplies()).toEqual([]);
     // A command from a non-owner is never run as a prompt either (interfaces §5). Text the parser
     // does not take for a command ("/send off @olivia") is an ordinary message, and so is a
-    // forwarded or edited "/send off" (never a command): the four cases above that are either.
+    // forwarded "/send off" (never a command); an edited one is neither a command nor a prompt.
     const promptsThatAreCommands = h.model.requests
       .map((r) => String(r.messages.at(-1)?.content ?? ""))
       .filter((text) => parseCommand(text, { botUsername: api.bot.username }) !== null);
