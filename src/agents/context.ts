@@ -5,13 +5,13 @@
  * Session keys are shown as callers see them: the global bucket as `main` (R6).
  *
  * Every model call of a session converts the same window of messages again, so each transcript
- * message (frozen in the transcript store's cache) maps to one frozen ChatMessage, built once:
- * the request body caches its JSON by that identity (models/request-body.ts).
+ * message (frozen in the transcript store's cache) maps to one frozen ChatMessage, built once
+ * with its JSON, which the request body joins as it is (models/request-body.ts).
  */
 import type { ChatMessage } from "./models/provider.js";
 import { displayKey } from "../sessions/keys.js";
 import type { TranscriptMessage } from "../sessions/transcript.js";
-import { deepFreeze } from "../util/freeze.js";
+import { withJson } from "./models/request-body.js";
 
 export interface ContextInput {
   agentName: string;
@@ -56,7 +56,7 @@ const converted = new WeakMap<TranscriptMessage, ChatMessage>();
 function chatMessageOf(m: TranscriptMessage): ChatMessage {
   const cached = converted.get(m);
   if (cached) return cached;
-  const chat = deepFreeze(toChatMessage(m));
+  const chat = withJson(toChatMessage(m));
   if (Object.isFrozen(m)) converted.set(m, chat);
   return chat;
 }

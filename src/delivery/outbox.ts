@@ -156,7 +156,12 @@ const MAX_FINISHED = 100_000;
 export class Outbox {
   /** Unfinished messages and the RECENT_FINISHED most recently finished. */
   private readonly records = new Map<string, OutboxRecord>();
-  private readonly finished = new BoundedMap<string, OutboxResult>(MAX_FINISHED);
+  /**
+   * Each outcome as its JSON: one string instead of an object, its message ids and their array —
+   * a hundred thousand of them are live heap that every full collection walks, and each was
+   * promoted there on its way out (bench/). Read back only for a repeated id.
+   */
+  private readonly finished = new BoundedMap<string, string>(MAX_FINISHED);
   /** Ids of the finished records still in `records`, oldest first. */
   private readonly recentlyFinished = new Set<string>();
   private readonly waiters = new Map<string, Array<(r: OutboxResult) => void>>();
@@ -277,7 +282,7 @@ export class Outbox {
       return { id: req.id, done: this.outcome(existing) };
     }
     const outcome = this.finished.get(req.id);
-    if (outcome) return { id: req.id, done: Promise.resolve(outcome) };
+    if (outcome !== undefined) return { id: req.id, done: Promise.resolve(JSON.parse(outcome) as OutboxResult) };
     // Strictly increasing, so queued messages resume in the order they were enqueued.
     const t = (this.lastCreatedAt = Math.max(this.now(), this.lastCreatedAt + 0.001));
     const record: OutboxRecord = {
@@ -640,7 +645,7 @@ export class Outbox {
   /** A finished record: kept whole among the most recent, then by outcome only. */
   private retire(record: OutboxRecord): OutboxResult {
     const result = toResult(record);
-    this.finished.set(record.id, result);
+    this.finished.set(record.id, JSON.stringify(result));
     this.records.set(record.id, record);
     this.recentlyFinished.delete(record.id);
     this.recentlyFinished.add(record.id);

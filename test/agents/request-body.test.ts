@@ -3,7 +3,7 @@
  * the cache holds, the body must equal JSON.stringify of the request.
  */
 import { describe, expect, it } from "vitest";
-import { chatRequestBody } from "../../src/agents/models/request-body.js";
+import { chatRequestBody, withJson } from "../../src/agents/models/request-body.js";
 import type { ChatMessage, ToolDefinition } from "../../src/agents/models/provider.js";
 import { deepFreeze } from "../../src/util/freeze.js";
 
@@ -34,5 +34,16 @@ describe("chat request body", () => {
     message.content = "after";
     parameters.required = ["x"];
     expect(chatRequestBody({ model: "m", messages: [message], tools })).toBe(plain({ model: "m", messages: [message], tools }));
+  });
+});
+
+describe("withJson: a message carrying its own JSON", () => {
+  it("is frozen, and the body built from it equals JSON.stringify (the carried JSON is no property of the message's own)", () => {
+    const call: ChatMessage = withJson({ role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] });
+    expect(Object.isFrozen(call)).toBe(true);
+    expect(Object.isFrozen(call.tool_calls)).toBe(true);
+    expect(Object.keys(call)).toEqual(["role", "content", "tool_calls"]);
+    const messages = [withJson({ role: "user", content: "hi \u2028" }), call];
+    expect(chatRequestBody({ model: "m", messages, tools: [] })).toBe(plain({ model: "m", messages, tools: [] }));
   });
 });

@@ -9,13 +9,29 @@
  * parameter schemas are built and frozen once per schema (tools/schemas.ts). Unfrozen pieces are
  * serialised afresh: they could change after their JSON was taken.
  */
+import { deepFreeze } from "../../util/freeze.js";
 import type { ChatMessage, CompletionRequest, ToolDefinition } from "./provider.js";
 
 const messageJson = new WeakMap<ChatMessage, string>();
+/** A message's JSON, carried by the message itself (see withJson). */
+const JSON_OF = Symbol("json");
 /** parameters object → `${name}\u0000${description}` → the definition's JSON. */
 const toolJson = new WeakMap<object, Map<string, string>>();
 
+/**
+ * `m`, frozen, carrying its own JSON: for messages kept and sent again and again (context.ts's,
+ * one per transcript message). Carried rather than looked up in `messageJson`, whose table, sized
+ * for every cached message of every session, was regrown and shrunk as they came and went — a
+ * large allocation in the old generation each time (bench/).
+ */
+export function withJson<T extends ChatMessage>(m: T): T {
+  Object.defineProperty(m, JSON_OF, { value: JSON.stringify(m) });
+  return deepFreeze(m);
+}
+
 function serializeMessage(m: ChatMessage): string {
+  const carried = (m as ChatMessage & { [JSON_OF]?: string })[JSON_OF];
+  if (carried !== undefined) return carried;
   if (!Object.isFrozen(m)) return JSON.stringify(m);
   let json = messageJson.get(m);
   if (json === undefined) {
