@@ -28,6 +28,7 @@ import { ownCpuMicros, processCpuMicros } from "./lib/cpu.js";
 import { ReplyClock, type CpuReading, type LoadResult } from "./lib/load.js";
 import type { RelayOptions } from "./lib/floor-relay.js";
 import { startModelProcess } from "./lib/model-process.js";
+import { processStats, type GcCounts } from "../src/util/process-stats.js";
 import { nowMs, sleep } from "./lib/stats.js";
 
 export interface InboundOptions {
@@ -61,18 +62,44 @@ export const DAEMON_APPENDS_PER_MESSAGE = 4;
 export interface InboundFigures {
   runs: LoadResult[];
   burst: LoadResult[];
+  /**
+   * The daemon's full collections (mark-compacts) during each measured run, where it reports them
+   * (`health.process.gc`): each pauses its event loop and slows it for tens of ms around that, and
+   * a run with one has its p99 set by it.
+   */
+  fullGcsPerRun?: number[];
+  /** The daemon's largest resident set during the whole workload (MB), sampled every 100 ms. */
+  peakRssMb?: number;
 }
 
-async function measure(clock: ReplyClock, o: InboundOptions, inject: (tag: string) => (i: number) => string, cpu: () => CpuReading): Promise<InboundFigures> {
+async function measure(clock: ReplyClock, o: InboundOptions, inject: (tag: string) => (i: number) => string, cpu: () => CpuReading, gc?: () => Promise<GcCounts>): Promise<InboundFigures> {
   // Warm-up: creates the sessions (one message each), then runs the offered load once to warm
   // the JIT, the connection pools and SQLite's cache; none of it is counted.
   await clock.run(Math.min(o.rate, 2000), o.sessions / Math.min(o.rate, 2000), inject("warm"));
   await clock.run(o.rate, 2, inject("warm2"));
   const runs: LoadResult[] = [];
-  for (let r = 0; r < o.runs; r++) runs.push(await clock.run(o.rate, o.seconds, inject(`r${r}`), cpu));
+  const fullGcsPerRun: number[] = [];
+  for (let r = 0; r < o.runs; r++) {
+    const before = await gc?.();
+    runs.push(await clock.run(o.rate, o.seconds, inject(`r${r}`), cpu));
+    const after = await gc?.();
+    if (before && after) fullGcsPerRun.push(after.full - before.full);
+  }
   const burst: LoadResult[] = [];
   for (let r = 0; r < o.runs; r++) burst.push(await clock.run(1e9, o.burst / 1e9, inject(`b${r}`)));
-  return { runs, burst };
+  return { runs, burst, ...(gc ? { fullGcsPerRun } : {}) };
+}
+
+/** The largest value `read` returns while `work` runs, sampled every 100 ms. */
+async function peakDuring<T>(read: () => number | undefined, work: Promise<T>): Promise<{ result: T; peak: number }> {
+  let peak = read() ?? 0;
+  const sampler = setInterval(() => (peak = Math.max(peak, read() ?? 0)), 100);
+  try {
+    const result = await work;
+    return { result, peak: Math.max(peak, read() ?? 0) };
+  } finally {
+    clearInterval(sampler);
+  }
 }
 
 /** The Bot API fake, its reply clock and the load's injector: the Telegram benches' common harness. */
@@ -113,13 +140,18 @@ export async function benchTelegramInbound(o: InboundOptions): Promise<InboundFi
     const { port } = await daemon.listening;
     const deadline = nowMs() + 10_000;
     while (!api.isPolling && nowMs() < deadline) await sleep(10);
-    const figures = await measure(clock, o, inject, () => ({ system: processCpuMicros(daemon.pid), harness: ownCpuMicros() + processCpuMicros(model.pid) }));
     const client = new GatewayClient({ url: `ws://127.0.0.1:${port}/` });
     await client.connect();
-    const health = await client.request("health", {});
-    client.close();
-    if (health.sessions < o.sessions) throw new Error(`expected ${o.sessions} sessions, the daemon has ${health.sessions}`);
-    return figures;
+    try {
+      const gc = async (): Promise<GcCounts> => (await client.request("health", {})).process.gc;
+      const cpu = () => ({ system: processCpuMicros(daemon.pid), harness: ownCpuMicros() + processCpuMicros(model.pid) });
+      const { result: figures, peak } = await peakDuring(() => daemon.rssBytes(), measure(clock, o, inject, cpu, gc));
+      const health = await client.request("health", {});
+      if (health.sessions < o.sessions) throw new Error(`expected ${o.sessions} sessions, the daemon has ${health.sessions}`);
+      return { ...figures, peakRssMb: peak / 2 ** 20 };
+    } finally {
+      client.close();
+    }
   } finally {
     daemon.kill("SIGTERM");
     await daemon.exited;
@@ -185,11 +217,17 @@ export async function benchCorePipeline(o: InboundOptions): Promise<InboundFigur
       const peer = String(10_000 + (i % o.sessions));
       return { channel: "telegram", accountId: "default", chatType: "direct", peerId: peer, senderId: peer, senderName: `User ${peer}`, text, messageId: `m-${text}`, wasMentioned: true, to: peer, timestamp: Date.now() };
     };
-    const figures = await measure(clock, o, (tag) => (i) => {
-      const text = `${tag}-${i}`;
-      void daemon.app.router.accept(msg(i, text));
-      return text;
-    }, () => ({ system: ownCpuMicros(), harness: processCpuMicros(model.pid) }));
+    const figures = await measure(
+      clock,
+      o,
+      (tag) => (i) => {
+        const text = `${tag}-${i}`;
+        void daemon.app.router.accept(msg(i, text));
+        return text;
+      },
+      () => ({ system: ownCpuMicros(), harness: processCpuMicros(model.pid) }),
+      async () => processStats().gc,
+    );
     if (daemon.app.sessions.size < o.sessions) throw new Error(`expected ${o.sessions} sessions, the daemon has ${daemon.app.sessions.size}`);
     return figures;
   } finally {
@@ -204,6 +242,8 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const show = (label: string, f: InboundFigures) => {
     for (const r of f.runs) console.log(label, `offered ${r.offered}/s → ${r.throughput.toFixed(0)}/s p50 ${r.p50.toFixed(1)} ms p99 ${r.p99.toFixed(1)} ms (${r.answered}/${r.sent}) cpu ${r.cpuUsPerMessage?.toFixed(0)} µs/msg, fakes ${r.harnessCpuUsPerMessage?.toFixed(0)} µs/msg`);
     for (const r of f.burst) console.log(label, `burst ${r.sent} → ${r.throughput.toFixed(0)}/s`);
+    if (f.fullGcsPerRun) console.log(label, `full collections per measured run: ${f.fullGcsPerRun.join(", ")}`);
+    if (f.peakRssMb !== undefined) console.log(label, `peak resident memory ${f.peakRssMb.toFixed(0)} MB`);
   };
   const only = process.env.ONLY;
   if (!only || only === "telegram") show("telegram", await benchTelegramInbound(o));

@@ -51,6 +51,16 @@ function inboundRows(label: string, f: InboundFigures, o: InboundOptions, note: 
   add(`${label}: answered at ${o.rate} msg/s offered (${o.seconds} s runs)`, "msg/s", spread(f.runs.map((r) => r.throughput)));
   add(`${label}: added latency p50 at ${o.rate} msg/s`, "ms", spread(f.runs.map((r) => r.p50)));
   add(`${label}: added latency p99 at ${o.rate} msg/s`, "ms", spread(f.runs.map((r) => r.p99)), heldToBars ? { op: "<", value: 25 } : undefined);
+  if (f.fullGcsPerRun) {
+    add(
+      `${label}: the daemon's full collections per ${o.seconds} s run at ${o.rate} msg/s`,
+      "",
+      spread(f.fullGcsPerRun),
+      undefined,
+      "mark-compacts, from health.process.gc: each pauses the event loop for a few ms and slows it for tens around that, and a run with one has its p99 set by it",
+    );
+  }
+  if (f.peakRssMb !== undefined) add(`${label}: the daemon's peak resident memory during the workload`, "MB", spread([f.peakRssMb]), undefined, "RSS sampled every 100 ms through warm-up, runs and bursts");
   add(`${label}: CPU per message at ${o.rate} msg/s`, "µs", spread(f.runs.map((r) => r.cpuUsPerMessage ?? Number.NaN)), undefined, cpuNote);
   add(`${label}: the fakes' CPU per message at ${o.rate} msg/s`, "µs", spread(f.runs.map((r) => r.harnessCpuUsPerMessage ?? Number.NaN)), undefined, harnessNote);
   const cores = os.cpus().length;

@@ -21,6 +21,7 @@ import { asAdapterKv } from "./store/adapter-kv.js";
 import { openKvStore, type KvSpace, type KvStore } from "./store/kv.js";
 import { lockStateDir, type StateLock } from "./store/state-lock.js";
 import type { AgentTool, ToolFilter, ToolScope, ToolSource } from "./tools/types.js";
+import { observeGc } from "./util/process-stats.js";
 
 export interface AppOptions {
   config: Config;
@@ -69,6 +70,7 @@ export class App {
     this.transcripts = new TranscriptStore({ log: this.log.child({ component: "transcripts" }) });
     this.stateDir = path.resolve(opts.config.stateDir);
     this.models = new ModelRegistry(opts.config, opts.env ?? process.env, opts.modelProvider);
+    observeGc();
   }
 
   get defaultAgentId(): string {

@@ -14,6 +14,7 @@ import { replyText } from "../inbound/router.js";
 import { parseCommand } from "../inbound/command-parse.js";
 import { COMMAND_SCOPES, GatewayError, hasScope, missingScope, type MethodName, type MethodParams } from "./protocol.js";
 import { BoundedMap } from "../util/bounded-map.js";
+import { processStats } from "../util/process-stats.js";
 
 export interface CallContext {
   connId: string;
@@ -325,7 +326,7 @@ export function createHandlers(app: App, version: string): Handlers {
     async health() {
       const channels: Record<string, unknown> = {};
       for (const [name, adapter] of app.adapters) channels[name] = adapter.health();
-      return { ok: true, ts: Date.now(), version, uptimeMs: Date.now() - app.startedAt, channels, runs: app.runtime.counts(), inbound: app.router.counts, outbox: { pending: app.outbox.pending, failed: app.outbox.failed, unknown: app.outbox.unknown }, sessions: sessions().size, model: app.models.configured ? app.models.defaultRef(app.defaultAgentId) ?? null : null };
+      return { ok: true, ts: Date.now(), version, uptimeMs: Date.now() - app.startedAt, channels, runs: app.runtime.counts(), inbound: app.router.counts, outbox: { pending: app.outbox.pending, failed: app.outbox.failed, unknown: app.outbox.unknown }, sessions: sessions().size, model: app.models.configured ? app.models.defaultRef(app.defaultAgentId) ?? null : null, process: processStats() };
     },
 
     async status(p, ctx) {
