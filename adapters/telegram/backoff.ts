@@ -1,5 +1,4 @@
 /** Capped exponential backoff with jitter, plus an abortable sleep. */
-import type { AbortLike } from "../../src/util/run-abort.js";
 import { apiFailureOf } from "./errors.js";
 
 export interface BackoffOptions {
@@ -28,15 +27,4 @@ export function retryDelay(err: unknown, attempt: number, o: BackoffOptions, ran
 }
 
 /** Resolves after `ms`, or at once when `signal` aborts; never rejects. */
-export function sleep(ms: number, signal: AbortLike): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const done = (): void => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-  });
-}
+export { sleepUnlessAborted as sleep } from "../../src/util/run-abort.js";

@@ -120,8 +120,8 @@ export class Poller {
 
   private async fetch(timeoutSeconds: number): Promise<TgUpdate[]> {
     // Not an AbortController: on Node 20 an AbortSignal per poll is one more object promoted to
-    // the old generation each time (src/util/run-abort.ts), and so is the listener bookkeeping of
-    // one added to and removed from a long-lived AbortSignal (the stopper) per poll.
+    // the old generation each time (src/util/run-abort.ts); the stopper is no AbortSignal either,
+    // so adding and removing this poll's listener on it leaves nothing behind.
     const request = new RunAbort();
     const onStop = (): void => request.abort();
     this.stopper.addEventListener("abort", onStop, { once: true });

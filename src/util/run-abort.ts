@@ -62,3 +62,17 @@ export class RunAbort implements AbortLike {
     return this.real.signal;
   }
 }
+
+/** Resolves after `ms`, or at once when `signal` aborts; never rejects. */
+export function sleepUnlessAborted(ms: number, signal: AbortLike | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

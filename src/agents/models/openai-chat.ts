@@ -12,7 +12,7 @@
 import http from "node:http";
 import https from "node:https";
 import { postBody } from "../../util/http-post.js";
-import type { AbortLike } from "../../util/run-abort.js";
+import { sleepUnlessAborted as sleep, type AbortLike } from "../../util/run-abort.js";
 import { alternating } from "./alternating.js";
 import { chatRequestBody } from "./request-body.js";
 import { ModelError, type CompletionRequest, type CompletionResult, type ModelProvider } from "./provider.js";
@@ -237,15 +237,3 @@ function errorMessageOf(text: string): string | undefined {
   }
 }
 
-function sleep(ms: number, signal: AbortLike | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    }
-    signal?.addEventListener("abort", done, { once: true });
-  });
-}

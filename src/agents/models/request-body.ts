@@ -3,16 +3,15 @@
  *
  * A run sends the whole history window (up to 60 messages) and every tool's JSON schema on each
  * model call, yet between two calls of a session only the newest messages differ. Serialising
- * each message and tool definition once (keyed by object identity) and joining the pieces halves
- * the body's cost and most of its garbage on the inbound path (bench/). The messages come from
- * context.ts, which hands out the same frozen object for a transcript message every time; tool
- * parameter schemas are built and frozen once per schema (tools/schemas.ts). Unfrozen pieces are
- * serialised afresh: they could change after their JSON was taken.
+ * each message and tool definition once and joining the pieces halves the body's cost and most of
+ * its garbage on the inbound path (bench/). The messages come from context.ts, which hands out the
+ * same frozen message, carrying its JSON (withJson), for a transcript message every time; tool
+ * parameter schemas are built and frozen once per schema (tools/schemas.ts) and their JSON cached
+ * by identity. Other pieces are serialised afresh: they could change after their JSON was taken.
  */
 import { deepFreeze } from "../../util/freeze.js";
 import type { ChatMessage, CompletionRequest, ToolDefinition } from "./provider.js";
 
-const messageJson = new WeakMap<ChatMessage, string>();
 /** A message's JSON, carried by the message itself (see withJson). */
 const JSON_OF = Symbol("json");
 /** parameters object → `${name}\u0000${description}` → the definition's JSON. */
@@ -20,9 +19,9 @@ const toolJson = new WeakMap<object, Map<string, string>>();
 
 /**
  * `m`, frozen, carrying its own JSON: for messages kept and sent again and again (context.ts's,
- * one per transcript message). Carried rather than looked up in `messageJson`, whose table, sized
- * for every cached message of every session, was regrown and shrunk as they came and went — a
- * large allocation in the old generation each time (bench/).
+ * one per transcript message). Carried rather than looked up in a WeakMap by identity, whose
+ * table, sized for every cached message of every session, was regrown and shrunk as they came and
+ * went — a large allocation in the old generation each time (bench/).
  */
 export function withJson<T extends ChatMessage>(m: T): T {
   Object.defineProperty(m, JSON_OF, { value: JSON.stringify(m) });
@@ -30,15 +29,7 @@ export function withJson<T extends ChatMessage>(m: T): T {
 }
 
 function serializeMessage(m: ChatMessage): string {
-  const carried = (m as ChatMessage & { [JSON_OF]?: string })[JSON_OF];
-  if (carried !== undefined) return carried;
-  if (!Object.isFrozen(m)) return JSON.stringify(m);
-  let json = messageJson.get(m);
-  if (json === undefined) {
-    json = JSON.stringify(m);
-    messageJson.set(m, json);
-  }
-  return json;
+  return (m as ChatMessage & { [JSON_OF]?: string })[JSON_OF] ?? JSON.stringify(m);
 }
 
 function serializeTool(t: ToolDefinition): string {
