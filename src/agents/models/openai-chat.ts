@@ -236,4 +236,3 @@ function errorMessageOf(text: string): string | undefined {
     return text.slice(0, 500);
   }
 }
-
